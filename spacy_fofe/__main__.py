@@ -1,0 +1,42 @@
+"""Command line: `python -m spacy_fofe convert ...` (and the other commands of the package)."""
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import convert as converters
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m spacy_fofe")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    conv = commands.add_parser("convert", help="convert a column (IOB/BIO) or JSON lines corpus to .spacy")
+    conv.add_argument("input", type=Path)
+    conv.add_argument("output", type=Path)
+    conv.add_argument("--format", choices=["columns", "jsonl"], default="columns")
+    conv.add_argument("--token-column", type=int, default=0, help="column of the token (0-based; negative from end)")
+    conv.add_argument("--tag-columns", default="-1",
+                      help="comma-separated tag columns, outer level first (e.g. 2,3 for GermEval)")
+    conv.add_argument("--scheme", choices=["iob1", "iob2"], default="iob2",
+                      help="iob1 (CoNLL-2003) or iob2/BIO; in iob2 an I- that starts a span is counted as invalid")
+    conv.add_argument("--separator", default=None, help="column separator (default: any whitespace)")
+    conv.add_argument("--spans-key", default="sc")
+    conv.add_argument("--no-ents", action="store_true", help="do not also write the outer level to doc.ents")
+    conv.add_argument("--max-length", type=int, default=7, help="n, to report how many gold spans are longer")
+
+    args = parser.parse_args(argv)
+    if args.command == "convert":
+        if args.format == "jsonl":
+            records = converters.read_jsonl(args.input)
+        else:
+            columns = [int(c) for c in args.tag_columns.split(",")]
+            separator = "\t" if args.separator == "\\t" else args.separator
+            records = converters.read_columns(args.input, args.token_column, columns, args.scheme, separator)
+        report = converters.convert(records, args.output, args.spans_key, not args.no_ents, args.max_length)
+        print(f"{args.input} -> {args.output}\n{report.summary()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

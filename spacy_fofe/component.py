@@ -1,0 +1,454 @@
+"""The fofe_ner pipeline component: FOFE local-detection NER writing (nested) spans.
+
+Scores every fragment of up to `max_length` tokens, decodes them highest-first or
+longest-first (level by level when nested) into doc.spans[spans_key], and writes the
+outer level to doc.ents. See DESIGN.md and README.md.
+"""
+
+import dataclasses
+import warnings
+from collections import Counter
+from itertools import islice
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+
+import numpy
+from spacy.language import Language
+from spacy.pipeline import TrainablePipe
+from spacy.tokens import Doc, Span, SpanGroup
+from spacy.training import Example, validate_examples, validate_get_examples
+from spacy.util import filter_spans
+from spacy.vocab import Vocab
+from thinc.api import Config, Model, set_dropout_rate
+from thinc.types import Floats2d
+
+from .decoding import ALGORITHMS, Candidate, Level, decode
+from .fragments import enumerate_fragments, fragment_targets, sample_fragments
+from .scoring import gold_spans
+
+DEFAULT_MODEL_CONFIG = """
+[model]
+@architectures = "spacy_fofe.FOFENER.v1"
+hidden_width = 256
+depth = 2
+dropout = 0.2
+word_alpha = 0.5
+char_alpha = 0.8
+char_width = 32
+n_char_buckets = 2048
+
+[model.tok2vec]
+@architectures = "spacy.MultiHashEmbed.v2"
+width = 96
+attrs = ["NORM", "PREFIX", "SUFFIX", "SHAPE"]
+rows = [5000, 1000, 2500, 2500]
+include_static_vectors = false
+"""
+DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
+ENTS_MODES = ("overwrite", "keep", "off")
+
+
+@Language.factory(
+    "fofe_ner",
+    assigns=["doc.spans", "doc.ents"],
+    default_config={
+        "model": DEFAULT_MODEL,
+        "spans_key": "sc",
+        "max_length": 7,
+        "threshold": 0.5,
+        "label_thresholds": {},
+        "decoding": "highest-first",
+        "nested": None,
+        "nested_decoding": "highest-first",
+        "nested_threshold": None,
+        "max_depth": 2,
+        "overlap_rate": 0.36,
+        "disjoint_rate": 0.09,
+        "ents": "overwrite",
+        "scorer": {"@scorers": "spacy_fofe.fofe_ner_scorer.v1"},
+    },
+    default_score_weights={"spans_sc_f": 1.0, "spans_sc_p": 0.0, "spans_sc_r": 0.0,
+                           "ents_f": 0.0, "ents_p": 0.0, "ents_r": 0.0},
+)
+def make_fofe_ner(
+    nlp: Language,
+    name: str,
+    model: Model,
+    spans_key: str,
+    max_length: int,
+    threshold: float,
+    label_thresholds: Dict[str, float],
+    decoding: str,
+    nested: Optional[bool],
+    nested_decoding: str,
+    nested_threshold: Optional[float],
+    max_depth: int,
+    overlap_rate: float,
+    disjoint_rate: float,
+    ents: str,
+    scorer: Optional[Callable],
+) -> "FOFENER":
+    return FOFENER(
+        nlp.vocab, model, name, spans_key=spans_key, max_length=max_length, threshold=threshold,
+        label_thresholds=label_thresholds, decoding=decoding, nested=nested, nested_decoding=nested_decoding,
+        nested_threshold=nested_threshold, max_depth=max_depth, overlap_rate=overlap_rate,
+        disjoint_rate=disjoint_rate, ents=ents, scorer=scorer,
+    )
+
+
+class FOFENER(TrainablePipe):
+    """Find (possibly nested) named entities by classifying every fragment of up to n tokens.
+
+    vocab: the shared vocabulary.
+    model: a Model[(List[Doc], fragments), Floats2d], e.g. spacy_fofe.FOFENER.v1.
+    spans_key: where the spans go (doc.spans[spans_key]); gold is read from the same key,
+        or from doc.ents when a reference doc has no such group.
+    max_length: n, the longest fragment scored. Longer gold spans cannot be found (counted
+        and warned at initialize).
+    threshold: the lowest probability of a fragment's best label that makes it a candidate;
+        label_thresholds overrides it per label.
+    decoding: "highest-first" or "longest-first" for the outer level.
+    nested: decode inside kept spans too; None decides at initialize (True when the
+        training data has nested spans).
+    nested_decoding, nested_threshold, max_depth: how inner levels are decoded (the
+        threshold defaults to `threshold`), and how many levels at most.
+    overlap_rate, disjoint_rate: fractions of NONE fragments trained on per batch, among
+        those sharing tokens with a gold span and those that do not.
+    ents: "overwrite" doc.ents with the outer level, "keep" entities already there and add
+        ours only where they do not overlap, or "off".
+    """
+
+    def __init__(
+        self,
+        vocab: Vocab,
+        model: Model,
+        name: str = "fofe_ner",
+        *,
+        spans_key: str = "sc",
+        max_length: int = 7,
+        threshold: float = 0.5,
+        label_thresholds: Optional[Dict[str, float]] = None,
+        decoding: str = "highest-first",
+        nested: Optional[bool] = None,
+        nested_decoding: str = "highest-first",
+        nested_threshold: Optional[float] = None,
+        max_depth: int = 2,
+        overlap_rate: float = 0.36,
+        disjoint_rate: float = 0.09,
+        ents: str = "overwrite",
+        scorer: Optional[Callable] = None,
+    ) -> None:
+        self.vocab = vocab
+        self.model = model
+        self.name = name
+        self.scorer = scorer
+        self.cfg: Dict[str, Any] = {
+            "labels": [],
+            "spans_key": spans_key,
+            "max_length": max_length,
+            "threshold": threshold,
+            "label_thresholds": dict(label_thresholds or {}),
+            "decoding": decoding,
+            "nested": nested,
+            "nested_decoding": nested_decoding,
+            "nested_threshold": nested_threshold,
+            "max_depth": max_depth,
+            "overlap_rate": overlap_rate,
+            "disjoint_rate": disjoint_rate,
+            "ents": ents,
+        }
+        validate_settings(self.cfg, name)
+        self._rng = numpy.random.default_rng()
+        self._warned_labels: set = set()
+
+    @property
+    def key(self) -> str:
+        return self.cfg["spans_key"]
+
+    @property
+    def labels(self) -> Tuple[str, ...]:
+        return tuple(self.cfg["labels"])
+
+    @property
+    def label_data(self) -> List[str]:
+        return list(self.labels)
+
+    def add_label(self, label: str) -> int:
+        if not isinstance(label, str):
+            raise ValueError(f"[{self.name}] labels must be strings, got {label!r}")
+        if label in self.labels:
+            return 0
+        if self._is_initialized():
+            raise ValueError(f"[{self.name}] cannot add label {label!r} after initialize; "
+                             "give all labels to initialize (labels=...) instead")
+        self.cfg["labels"].append(label)
+        self.vocab.strings.add(label)
+        return 1
+
+    # ----- prediction -------------------------------------------------------------------
+
+    def predict(self, docs: Iterable[Doc]) -> Tuple[numpy.ndarray, Floats2d]:
+        """Probabilities (NONE first, then each label) of every fragment of up to n tokens."""
+        self._require_initialized()
+        docs = list(docs)
+        fragments = enumerate_fragments([len(doc) for doc in docs], self.cfg["max_length"])
+        if len(fragments) == 0:
+            return fragments, numpy.zeros((0, len(self.labels) + 1), dtype="float32")
+        scores = self.model.predict((docs, fragments))
+        return fragments, self.model.ops.to_numpy(scores)
+
+    def set_annotations(self, docs: Iterable[Doc], predictions: Tuple[numpy.ndarray, Floats2d]) -> None:
+        """Decode each doc's candidates into doc.spans[spans_key] (and the outer level into doc.ents)."""
+        validate_settings(self.cfg, self.name)
+        docs = list(docs)
+        fragments, scores = predictions
+        levels = self.levels()
+        for doc, candidates in zip(docs, self.candidates(len(docs), fragments, scores, levels)):
+            decoded = decode(candidates, levels)
+            spans = [Span(doc, c.start, c.end, label=c.label) for c, _ in decoded]
+            doc.spans[self.key] = SpanGroup(
+                doc, name=self.key, spans=spans,
+                attrs={"scores": [c.score for c, _ in decoded], "depths": [d for _, d in decoded]},
+            )
+            if self.cfg["ents"] != "off":
+                outer = [span for span, (_, depth) in zip(spans, decoded) if depth == 0]
+                self._set_ents(doc, outer)
+
+    def _set_ents(self, doc: Doc, outer: List[Span]) -> None:
+        if self.cfg["ents"] == "keep" and doc.ents:
+            existing = list(doc.ents)
+            taken = {i for ent in existing for i in range(ent.start, ent.end)}
+            outer = existing + [s for s in outer if not any(i in taken for i in range(s.start, s.end))]
+        doc.ents = filter_spans(outer)
+
+    def levels(self) -> List[Level]:
+        """The decoding settings of each nesting level, read from cfg (so edits take effect)."""
+        cfg = self.cfg
+        outer = Level(cfg["decoding"], cfg["threshold"], cfg["label_thresholds"])
+        if not cfg["nested"]:
+            return [outer]
+        inner_threshold = cfg["threshold"] if cfg["nested_threshold"] is None else cfg["nested_threshold"]
+        inner = Level(cfg["nested_decoding"], inner_threshold, cfg["label_thresholds"])
+        return [outer] + [inner] * (cfg["max_depth"] - 1)
+
+    def candidates(
+        self, n_docs: int, fragments: numpy.ndarray, scores: Floats2d, levels: List[Level]
+    ) -> List[List[Candidate]]:
+        """Per doc, the fragments whose best label (NONE aside) could pass some level's threshold."""
+        per_doc: List[List[Candidate]] = [[] for _ in range(n_docs)]
+        if len(fragments) == 0:
+            return per_doc
+        scores = numpy.asarray(scores)
+        best = scores[:, 1:].argmax(axis=1)
+        best_score = scores[numpy.arange(len(scores)), best + 1]
+        lowest = min([lv.threshold for lv in levels] + [t for lv in levels for t in lv.label_thresholds.values()])
+        for i in numpy.flatnonzero(best_score >= lowest):
+            doc_index, start, end = fragments[i]
+            per_doc[doc_index].append(Candidate(int(start), int(end), self.labels[best[i]], float(best_score[i])))
+        return per_doc
+
+    # ----- training ---------------------------------------------------------------------
+
+    def update(
+        self,
+        examples: Iterable[Example],
+        *,
+        drop: float = 0.0,
+        sgd: Optional[Any] = None,
+        losses: Optional[Dict[str, float]] = None,
+    ) -> Dict[str, float]:
+        """Learn from a batch: every gold fragment plus NONE fragments sampled at the cfg rates."""
+        if losses is None:
+            losses = {}
+        losses.setdefault(self.name, 0.0)
+        examples = list(examples)
+        validate_examples(examples, "FOFENER.update")
+        self._require_initialized()
+        docs = [eg.predicted for eg in examples]
+        fragments = enumerate_fragments([len(doc) for doc in docs], self.cfg["max_length"])
+        labels, kinds = self._targets(examples, fragments)
+        keep = sample_fragments(kinds, self.cfg["overlap_rate"], self.cfg["disjoint_rate"], self._rng)
+        if len(keep) == 0:
+            return losses
+        set_dropout_rate(self.model, drop)
+        scores, backprop = self.model.begin_update((docs, fragments[keep]))
+        loss, d_scores = self._loss(scores, labels[keep])
+        backprop(d_scores)
+        if sgd is not None:
+            self.finish_update(sgd)
+        losses[self.name] += loss
+        return losses
+
+    def get_loss(self, examples: Iterable[Example], predictions: Tuple[numpy.ndarray, Floats2d]):
+        """Cross-entropy of the given fragments' probabilities against their gold labels."""
+        examples = list(examples)
+        validate_examples(examples, "FOFENER.get_loss")
+        fragments, scores = predictions
+        labels, _ = self._targets(examples, fragments)
+        return self._loss(scores, labels)
+
+    def _loss(self, scores: Floats2d, labels: numpy.ndarray) -> Tuple[float, Floats2d]:
+        ops = self.model.ops
+        n = scores.shape[0]
+        truth = ops.alloc2f(*scores.shape)
+        rows = ops.asarray(numpy.arange(n))
+        truth[rows, ops.asarray(labels)] = 1.0
+        picked = scores[rows, ops.asarray(labels)]
+        loss = float(-ops.xp.log(ops.xp.maximum(picked, 1e-12)).sum() / max(n, 1))
+        if not numpy.isfinite(loss) or not bool(ops.xp.isfinite(scores).all()):
+            raise ValueError(
+                f"[{self.name}] the loss is not finite (NaN or inf): training has diverged. "
+                "Lower the learning rate ([training.optimizer] learn_rate) or raise grad_clip."
+            )
+        return loss, (scores - truth) / max(n, 1)
+
+    def _targets(self, examples: List[Example], fragments: numpy.ndarray):
+        label_ids = {label: i + 1 for i, label in enumerate(self.labels)}
+        gold, ignored = [], []
+        for eg in examples:
+            known, unknown = [], []
+            for span in self._aligned_gold(eg):
+                if span.label_ in label_ids:
+                    known.append((span.start, span.end, label_ids[span.label_]))
+                else:
+                    unknown.append((span.start, span.end))
+                    self._warn_unknown_label(span.label_)
+            gold.append(known)
+            ignored.append(unknown)
+        return fragment_targets(fragments, gold, ignored)
+
+    def _aligned_gold(self, eg: Example) -> List[Span]:
+        return eg.get_aligned_spans_y2x(gold_spans(eg.reference, self.key), allow_overlap=True)
+
+    def _warn_unknown_label(self, label: str) -> None:
+        if label not in self._warned_labels:
+            self._warned_labels.add(label)
+            warnings.warn(f"[{self.name}] gold label {label!r} is not among the component's labels "
+                          f"{list(self.labels)}; its spans are left out of training (neither entity nor NONE).")
+
+    def initialize(
+        self,
+        get_examples: Callable[[], Iterable[Example]],
+        *,
+        nlp: Optional[Language] = None,
+        labels: Optional[List[str]] = None,
+    ) -> None:
+        """Set labels (given, or read from the gold spans), check the data, and build the model."""
+        validate_get_examples(get_examples, "FOFENER.initialize")
+        stats = GoldStats(self.cfg["max_length"])
+        for eg in get_examples():
+            stats.add(eg, self._aligned_gold(eg), gold_spans(eg.reference, self.key))
+        if labels is None:
+            labels = sorted(stats.labels)
+        for label in labels:
+            self.add_label(label)
+        if not self.labels:
+            raise ValueError(
+                f"[{self.name}] no labels: the training data has no gold spans under "
+                f"doc.spans[{self.key!r}] or doc.ents. Check spans_key, or pass labels to initialize "
+                f"([initialize.components.{self.name}.labels])."
+            )
+        stats.warn(self.name)
+        if self.cfg["nested"] is None:
+            self.cfg["nested"] = stats.nested > 0
+        sample = list(islice(get_examples(), 10))
+        docs = [eg.predicted for eg in sample]
+        self.model.set_dim("nO", len(self.labels) + 1)
+        self.model.initialize(X=(docs, enumerate_fragments([len(d) for d in docs], self.cfg["max_length"])))
+        if nlp is not None and self.name in nlp.component_names:
+            _score_weights_follow_key(nlp, self.name, self.key)
+
+    def _is_initialized(self) -> bool:
+        return self.model.has_param("W") is True
+
+    def _require_initialized(self) -> None:
+        if not self.labels or not self._is_initialized():
+            raise ValueError(
+                f"[{self.name}] the component is not initialized: call nlp.initialize() with training "
+                f"examples (spacy train does this) before using it, or load a trained pipeline."
+            )
+
+
+def validate_settings(cfg: Dict[str, Any], name: str = "fofe_ner") -> None:
+    """Reject impossible settings with the setting's name in the message."""
+    def fail(setting, why):
+        raise ValueError(f"[{name}] invalid setting {setting}={cfg[setting]!r}: {why}")
+
+    if not isinstance(cfg["max_length"], int) or cfg["max_length"] < 1:
+        fail("max_length", "must be an integer >= 1")
+    if not isinstance(cfg["max_depth"], int) or cfg["max_depth"] < 1:
+        fail("max_depth", "must be an integer >= 1")
+    for setting in ("threshold", "overlap_rate", "disjoint_rate"):
+        if not 0.0 <= cfg[setting] <= 1.0:
+            fail(setting, "must be in [0, 1]")
+    if cfg["nested_threshold"] is not None and not 0.0 <= cfg["nested_threshold"] <= 1.0:
+        fail("nested_threshold", "must be in [0, 1] or null")
+    for label, value in cfg["label_thresholds"].items():
+        if not 0.0 <= value <= 1.0:
+            fail("label_thresholds", f"threshold of {label!r} must be in [0, 1]")
+    for setting in ("decoding", "nested_decoding"):
+        if cfg[setting] not in ALGORITHMS:
+            fail(setting, f"use one of {sorted(ALGORITHMS)}")
+    if cfg["ents"] not in ENTS_MODES:
+        fail("ents", f"use one of {list(ENTS_MODES)}")
+    if not isinstance(cfg["spans_key"], str) or not cfg["spans_key"]:
+        fail("spans_key", "must be a non-empty string")
+
+
+class GoldStats:
+    """What initialize reports about the gold spans: labels, and spans the model cannot learn."""
+
+    def __init__(self, max_length: int):
+        self.max_length = max_length
+        self.labels: set = set()
+        self.too_long: Counter = Counter()
+        self.nested = self.crossing = self.duplicates = self.multi_label = self.misaligned = 0
+
+    def add(self, eg: Example, aligned: List[Span], original) -> None:
+        self.misaligned += len(original) - len(aligned)
+        seen: Dict[Tuple[int, int], str] = {}
+        for span in aligned:
+            self.labels.add(span.label_)
+            if len(span) > self.max_length:
+                self.too_long[span.label_] += 1
+            key = (span.start, span.end)
+            if key in seen:
+                if seen[key] == span.label_:
+                    self.duplicates += 1
+                else:
+                    self.multi_label += 1
+            seen[key] = span.label_
+        bounds = sorted(seen)
+        for i, (s1, e1) in enumerate(bounds):
+            for s2, e2 in bounds[i + 1:]:
+                if s2 >= e1:
+                    break
+                if e2 <= e1:
+                    self.nested += 1
+                else:
+                    self.crossing += 1
+
+    def warn(self, name: str) -> None:
+        if self.too_long:
+            per_label = ", ".join(f"{label}: {n}" for label, n in sorted(self.too_long.items()))
+            warnings.warn(f"[{name}] {sum(self.too_long.values())} gold spans are longer than max_length="
+                          f"{self.max_length} tokens and can never be predicted ({per_label}). "
+                          "Raise max_length to cover them.")
+        notes = [
+            (self.crossing, "pairs of gold spans cross each other (overlap without nesting); both are "
+                            "trained, but decoding keeps at most one of each pair"),
+            (self.duplicates, "gold spans are duplicates; they count once"),
+            (self.multi_label, "gold spans repeat an earlier span with another label; the first label is used"),
+            (self.misaligned, "gold spans do not align with the predicted tokenization and are skipped"),
+        ]
+        for count, what in notes:
+            if count:
+                warnings.warn(f"[{name}] {count} {what}.")
+
+
+def _score_weights_follow_key(nlp: Language, name: str, key: str) -> None:
+    """Point this component's default score weights at spans_{key}_* (not a fixed 'sc')."""
+    meta = nlp.get_pipe_meta(name)
+    weights = {f"spans_{key}_f": 1.0, f"spans_{key}_p": 0.0, f"spans_{key}_r": 0.0}
+    weights.update({k: v for k, v in meta.default_score_weights.items() if k.startswith("ents_")})
+    nlp._pipe_meta[name] = dataclasses.replace(meta, default_score_weights=weights, scores=list(weights))
+

@@ -1,0 +1,159 @@
+"""Corpus converters to .spacy (DocBin) files with gold in doc.spans[key] (and doc.ents).
+
+Column files: one token per line, a token column and one IOB/BIO tag column per nesting
+level (CoNLL-2003: `token POS chunk NER`, IOB1; GermEval 2014: `id token outer inner`,
+BIO), blank lines between sentences, `#` comment lines and `-DOCSTART-` lines skipped.
+JSON lines: {"tokens": [...], "spans": [[start, end, label], ...]} (end exclusive).
+"""
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
+
+from spacy.tokens import Doc, DocBin, Span
+from spacy.util import filter_spans
+from spacy.vocab import Vocab
+
+SpanTuple = Tuple[int, int, str]
+
+
+@dataclass
+class ConversionReport:
+    """What a conversion saw: counts that tell whether the gold survived intact."""
+
+    docs: int = 0
+    tokens: int = 0
+    spans: Counter = field(default_factory=Counter)
+    longer_than_n: Counter = field(default_factory=Counter)
+    invalid_tags: int = 0
+    nested: int = 0
+    max_length: int = 7
+
+    def add(self, words: Sequence[str], spans: Sequence[SpanTuple]) -> None:
+        self.docs += 1
+        self.tokens += len(words)
+        for start, end, label in spans:
+            self.spans[label] += 1
+            if end - start > self.max_length:
+                self.longer_than_n[label] += 1
+
+    def summary(self) -> str:
+        total = sum(self.spans.values())
+        lines = [f"{self.docs} docs, {self.tokens} tokens, {total} spans ({self.nested} nested inside another)"]
+        lines += [f"  {label}: {n}" for label, n in sorted(self.spans.items())]
+        longer = sum(self.longer_than_n.values())
+        covered = 100.0 * (total - longer) / total if total else 100.0
+        lines.append(f"spans longer than n={self.max_length}: {longer} ({covered:.2f}% covered)"
+                     + "".join(f"; {label}: {n}" for label, n in sorted(self.longer_than_n.items())))
+        if self.invalid_tags:
+            lines.append(f"invalid tag sequences (I- after O or another type), read as B-: {self.invalid_tags}")
+        return "\n".join(lines)
+
+
+def tags_to_spans(tags: Sequence[str], scheme: str = "iob2") -> Tuple[List[SpanTuple], int]:
+    """Spans of an IOB1/IOB2 (BIO) tag column, and how many I- tags had to start a span.
+
+    In IOB1 an I- tag after O or another type legally starts a span; in IOB2 it is an
+    invalid sequence, read as B- and counted.
+    """
+    spans: List[SpanTuple] = []
+    invalid = 0
+    start, label = None, None
+    for i, tag in enumerate(list(tags) + ["O"]):
+        prefix, _, tag_label = tag.partition("-")
+        if tag in ("O", "", "_") or prefix not in ("B", "I", "E", "S"):
+            prefix, tag_label = "O", None
+        continues = prefix in ("I", "E") and label == tag_label
+        if label is not None and not continues:
+            spans.append((start, i, label))
+            start, label = None, None
+        if prefix != "O" and not continues:
+            if prefix in ("I", "E") and scheme == "iob2":
+                invalid += 1
+            start, label = i, tag_label
+    return spans, invalid
+
+
+def read_columns(
+    path: Path, token_column: int = 0, tag_columns: Sequence[int] = (-1,), scheme: str = "iob2",
+    separator: Optional[str] = None,
+) -> Iterator[Tuple[List[str], List[SpanTuple], int]]:
+    """Yield (words, spans over all levels, invalid tag count) per sentence of a column file."""
+    words: List[str] = []
+    rows: List[List[str]] = []
+
+    def flush():
+        spans, invalid = [], 0
+        for column in tag_columns:
+            level_spans, level_invalid = tags_to_spans([row[column] for row in rows], scheme)
+            spans.extend(level_spans)
+            invalid += level_invalid
+        return list(words), sorted(set(spans)), invalid
+
+    with Path(path).open(encoding="utf8") as file:
+        for line in file:
+            line = line.rstrip("\n").rstrip("\r")
+            if line.startswith("#") and not words:
+                continue
+            if not line.strip():
+                if words:
+                    yield flush()
+                    words, rows = [], []
+                continue
+            cells = line.split(separator) if separator else line.split()
+            if cells[token_column] == "-DOCSTART-":
+                continue
+            words.append(cells[token_column])
+            rows.append(cells)
+    if words:
+        yield flush()
+
+
+def read_jsonl(path: Path) -> Iterator[Tuple[List[str], List[SpanTuple], int]]:
+    """Yield (words, spans, 0) per line of a JSON lines file; blank lines are skipped."""
+    with Path(path).open(encoding="utf8") as file:
+        for number, line in enumerate(file, 1):
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            words = record["tokens"]
+            spans = []
+            for start, end, label in record.get("spans", []):
+                if not 0 <= start < end <= len(words):
+                    raise ValueError(f"{path}:{number}: span [{start}, {end}) is outside the {len(words)} tokens")
+                spans.append((int(start), int(end), str(label)))
+            yield words, sorted(set(spans)), 0
+
+
+def make_doc(vocab: Vocab, words: List[str], spans: Iterable[SpanTuple], spans_key: str, ents: bool) -> Doc:
+    """A Doc with the spans in doc.spans[spans_key] and, if asked, the outer level in doc.ents."""
+    doc = Doc(vocab, words=words)
+    doc.spans[spans_key] = [Span(doc, start, end, label=label) for start, end, label in spans]
+    if ents:
+        doc.ents = filter_spans(doc.spans[spans_key])
+    return doc
+
+
+def count_nested(spans: Sequence[SpanTuple]) -> int:
+    return sum(1 for a in spans for b in spans if a != b and b[0] <= a[0] and a[1] <= b[1] and a[:2] != b[:2])
+
+
+def convert(
+    records: Iterable[Tuple[List[str], List[SpanTuple], int]], output: Path, spans_key: str = "sc",
+    ents: bool = True, max_length: int = 7, lang: str = "xx",
+) -> ConversionReport:
+    """Write records to a .spacy file and return what was written."""
+    vocab = Vocab()
+    report = ConversionReport(max_length=max_length)
+    doc_bin = DocBin(store_user_data=True)
+    for words, spans, invalid in records:
+        report.invalid_tags += invalid
+        report.nested += count_nested(spans)
+        report.add(words, spans)
+        doc_bin.add(make_doc(vocab, words, spans, spans_key, ents))
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    doc_bin.to_disk(output)
+    return report

@@ -1,0 +1,221 @@
+"""FOFE operations: prefix codes of vector sequences and fragment grids built from them.
+
+Array-only (numpy or cupy, chosen by the input array); knows nothing about spaCy.
+Sequences are given flat: `x` holds the rows of all sequences one after another and
+`lengths` says how many rows each sequence has. Fragments are laid out on a grid of
+shape (rows, n): cell (t, l) is the fragment that starts at row t and has l + 1 rows.
+Every fragment feature is a prefix code read at one of the fragment's two boundaries,
+so the grids are built from shifted slices of (N, width) arrays, never from copies of
+each fragment's rows and never from a (fragments x rows) matrix.
+"""
+
+from typing import Tuple
+
+from thinc.api import get_array_module
+from thinc.types import Floats2d, Floats3d, Ints1d
+
+
+def segment_positions(lengths: Ints1d) -> Tuple[Ints1d, Ints1d]:
+    """Return, for every row, its distance from the start and from the end of its sequence."""
+    xp = get_array_module(lengths)
+    lengths = xp.asarray(lengths, dtype="int64")
+    total = int(lengths.sum())
+    ends = xp.cumsum(lengths)
+    starts = ends - lengths
+    # searchsorted rather than repeat: it runs the same on numpy and cupy.
+    seq_of_row = xp.searchsorted(ends, xp.arange(total), side="right")
+    from_start = xp.arange(total, dtype="int64") - starts[seq_of_row]
+    to_end = lengths[seq_of_row] - 1 - from_start
+    return from_start, to_end
+
+
+def prefix_fofe(x: Floats2d, lengths: Ints1d, alpha: float, reverse: bool = False) -> Floats2d:
+    """FOFE prefix codes z_t = alpha * z_{t-1} + x_t of every sequence (right-to-left if reverse).
+
+    A segmented Hillis-Steele scan: log2(longest sequence) whole-array steps, so there is
+    no Python loop over rows and it runs unchanged on GPU.
+    """
+    xp = get_array_module(x)
+    z = x.copy()
+    if z.shape[0] == 0:
+        return z
+    from_start, to_end = segment_positions(xp.asarray(lengths))
+    dist = to_end if reverse else from_start
+    longest = int(xp.asarray(lengths).max())
+    step, decay = 1, float(alpha)
+    while step < longest:
+        if reverse:
+            mask = (dist[:-step] >= step).astype(z.dtype)[:, None]
+            z[:-step] += (decay * z[step:]) * mask
+        else:
+            mask = (dist[step:] >= step).astype(z.dtype)[:, None]
+            z[step:] += (decay * z[:-step]) * mask
+        step *= 2
+        decay *= decay
+    return z
+
+
+def prefix_fofe_backward(d_codes: Floats2d, lengths: Ints1d, alpha: float, reverse: bool = False) -> Floats2d:
+    """Gradient of `prefix_fofe` with respect to x: the scan run the other way."""
+    return prefix_fofe(d_codes, lengths, alpha, reverse=not reverse)
+
+
+def shift_within(x: Floats2d, lengths: Ints1d, step: int) -> Floats2d:
+    """Row t gets x[t + step] when that row is in the same sequence, else zeros (step is +1 or -1).
+
+    `shift_within(F, lengths, -1)` is the code of the prefix before each row (zero at a
+    sequence start). Its gradient is `shift_within(d, lengths, -step)`.
+    """
+    xp = get_array_module(x)
+    out = xp.zeros_like(x)
+    if x.shape[0] <= 1:
+        return out
+    from_start, to_end = segment_positions(xp.asarray(lengths))
+    if step == -1:
+        out[1:] = x[:-1] * (from_start[1:] >= 1).astype(x.dtype)[:, None]
+    elif step == 1:
+        out[:-1] = x[1:] * (to_end[:-1] >= 1).astype(x.dtype)[:, None]
+    else:
+        raise ValueError(f"shift_within supports step -1 or 1, not {step}")
+    return out
+
+
+def _padded(y: Floats2d, n: int) -> Floats2d:
+    xp = get_array_module(y)
+    return xp.concatenate([y, xp.zeros((n, y.shape[1]), dtype=y.dtype)], axis=0)
+
+
+def grid_at_start(y: Floats2d, n: int, begin: int, end: int) -> Floats3d:
+    """Cell (t, l) holds y[t]: a feature read at the fragment's first row."""
+    xp = get_array_module(y)
+    return xp.repeat(y[begin:end, None, :], n, axis=1)
+
+
+def grid_at_end(y: Floats2d, n: int, begin: int, end: int) -> Floats3d:
+    """Cell (t, l) holds y[t + l]: a feature read at the fragment's last row (zeros past the end)."""
+    xp = get_array_module(y)
+    padded = _padded(y, n)
+    return xp.stack([padded[begin + l : end + l] for l in range(n)], axis=1)
+
+
+def grid_mean(y: Floats2d, n: int, begin: int, end: int) -> Floats3d:
+    """Cell (t, l) holds the mean of y[t..t + l]: the fragment's bag of words.
+
+    A running sum along l, so it is exact however long the sequence is (a difference of
+    two cumulative sums would lose precision on long documents in float32).
+    """
+    xp = get_array_module(y)
+    padded = _padded(y, n)
+    out = xp.empty((end - begin, n, y.shape[1]), dtype=y.dtype)
+    running = xp.zeros((end - begin, y.shape[1]), dtype=y.dtype)
+    for l in range(n):
+        running += padded[begin + l : end + l]
+        out[:, l] = running / (l + 1)
+    return out
+
+
+def grid_at_start_backward(d_grid: Floats3d, n_rows: int) -> Floats2d:
+    return d_grid.sum(axis=1)[:n_rows]
+
+
+def grid_at_end_backward(d_grid: Floats3d, n_rows: int) -> Floats2d:
+    xp = get_array_module(d_grid)
+    n = d_grid.shape[1]
+    d_padded = xp.zeros((n_rows + n, d_grid.shape[2]), dtype=d_grid.dtype)
+    for l in range(n):
+        d_padded[l : n_rows + l] += d_grid[:, l]
+    return d_padded[:n_rows]
+
+
+def grid_mean_backward(d_grid: Floats3d, n_rows: int) -> Floats2d:
+    xp = get_array_module(d_grid)
+    n = d_grid.shape[1]
+    scaled = d_grid / xp.arange(1, n + 1, dtype=d_grid.dtype)[None, :, None]
+    # Row t + k receives the gradient of every cell (t, l) with l >= k.
+    from_k = xp.cumsum(scaled[:, ::-1], axis=1)[:, ::-1]
+    return grid_at_end_backward(from_k, n_rows)
+
+
+GRID_OPS = {
+    "start": (grid_at_start, grid_at_start_backward),
+    "end": (grid_at_end, grid_at_end_backward),
+    "mean": (grid_mean, grid_mean_backward),
+}
+
+
+def char_boundary_codes(
+    char_vectors: Floats2d, char_lengths: Ints1d, token_starts: Ints1d, token_ends: Ints1d, alpha: float
+) -> Tuple[Floats2d, Floats2d, Floats2d, Floats2d]:
+    """Character FOFE codes at token boundaries, from one prefix pass each way over each text.
+
+    `token_starts`/`token_ends` are flat indices of each token's first and one-past-last
+    character in `char_vectors`. Returns (lr_end, lr_before, rl_start, rl_after), each with a
+    row per token: the left-to-right code at the token's last character and just before
+    its first one, and the right-to-left code at its first character and just after its
+    last one (zeros outside the text). A fragment i..j has the character codes
+        lr = lr_end[j] - alpha^L * lr_before[i],   rl = rl_start[i] - alpha^L * rl_after[j]
+    with L its length in characters (see `char_decay`).
+    """
+    xp = get_array_module(char_vectors)
+    lr = prefix_fofe(char_vectors, char_lengths, alpha)
+    rl = prefix_fofe(char_vectors, char_lengths, alpha, reverse=True)
+    from_start, to_end = segment_positions(xp.asarray(char_lengths))
+    zero = xp.zeros((1, char_vectors.shape[1]), dtype=char_vectors.dtype)
+    lr = xp.concatenate([lr, zero])
+    rl = xp.concatenate([rl, zero])
+    sentinel = char_vectors.shape[0]
+    before, after, last = _char_boundary_indices(from_start, to_end, token_starts, token_ends, sentinel)
+    first = xp.where(token_ends > token_starts, token_starts, sentinel)
+    return lr[last], lr[before], rl[first], rl[after]
+
+
+def _char_boundary_indices(from_start, to_end, token_starts, token_ends, sentinel):
+    """Indices of each token's last character, the one before its first and the one after
+    its last; `sentinel` (a zero row) where that character is outside the token's text."""
+    xp = get_array_module(token_starts)
+    n_chars = from_start.shape[0]
+    if n_chars == 0:
+        nowhere = xp.full(token_starts.shape, sentinel, dtype=token_starts.dtype)
+        return nowhere, nowhere, nowhere
+    nonempty = token_ends > token_starts
+    first = xp.clip(token_starts, 0, n_chars - 1)
+    last = xp.clip(token_ends - 1, 0, n_chars - 1)
+    before = xp.where(nonempty & (from_start[first] >= 1), first - 1, sentinel)
+    after = xp.where(nonempty & (to_end[last] >= 1), last + 1, sentinel)
+    return before, after, xp.where(nonempty, last, sentinel)
+
+
+def char_boundary_codes_backward(
+    d_codes: Tuple[Floats2d, Floats2d, Floats2d, Floats2d],
+    char_lengths: Ints1d,
+    token_starts: Ints1d,
+    token_ends: Ints1d,
+    alpha: float,
+    n_chars: int,
+) -> Floats2d:
+    """Gradient of `char_boundary_codes` with respect to the character vectors."""
+    xp = get_array_module(d_codes[0])
+    width = d_codes[0].shape[1]
+    from_start, to_end = segment_positions(xp.asarray(char_lengths))
+    before, after, last = _char_boundary_indices(from_start, to_end, token_starts, token_ends, n_chars)
+    d_lr = xp.zeros((n_chars + 1, width), dtype=d_codes[0].dtype)
+    d_rl = xp.zeros((n_chars + 1, width), dtype=d_codes[0].dtype)
+    # Real indices are distinct within each gather; only the sentinel row repeats,
+    # and its gradient is thrown away, so plain fancy-index addition is exact.
+    d_lr[last] += d_codes[0]
+    d_lr[before] += d_codes[1]
+    first = xp.where(token_ends > token_starts, token_starts, n_chars)
+    d_rl[first] += d_codes[2]
+    d_rl[after] += d_codes[3]
+    d_chars = prefix_fofe_backward(d_lr[:n_chars], char_lengths, alpha)
+    d_chars += prefix_fofe_backward(d_rl[:n_chars], char_lengths, alpha, reverse=True)
+    return d_chars
+
+
+def char_decay(token_starts: Ints1d, token_ends: Ints1d, n: int, alpha: float, begin: int, end: int):
+    """alpha ** (characters in fragment (t, l)) for the grid rows begin..end."""
+    xp = get_array_module(token_starts)
+    n_rows = token_starts.shape[0]
+    j = xp.minimum(xp.arange(begin, end)[:, None] + xp.arange(n)[None, :], n_rows - 1)
+    n_chars = xp.maximum(token_ends[j] - token_starts[begin:end, None], 0)
+    return (float(alpha) ** n_chars.astype("float32")).astype("float32")

@@ -1,0 +1,70 @@
+"""Fragments: every span of up to n tokens, their gold labels, and NONE down-sampling.
+
+A set of fragments is an (F, 3) int64 array of (doc index, start, end) rows, ordered by
+doc, start, then length. Gold spans are given per doc as (start, end, label id) triples
+with label ids counted from 1 (0 is NONE).
+"""
+
+from typing import List, Sequence, Tuple
+
+import numpy
+
+EXACT, OVERLAP, DISJOINT, IGNORED = 0, 1, 2, 3
+
+
+def enumerate_fragments(lengths: Sequence[int], max_length: int) -> numpy.ndarray:
+    """All fragments of 1..max_length tokens of docs with the given lengths."""
+    lengths = numpy.asarray(lengths, dtype="int64")
+    total = int(lengths.sum())
+    if total == 0:
+        return numpy.zeros((0, 3), dtype="int64")
+    doc_of_token = numpy.repeat(numpy.arange(len(lengths)), lengths)
+    starts = numpy.arange(total) - (numpy.cumsum(lengths) - lengths)[doc_of_token]
+    ends = starts[:, None] + numpy.arange(1, max_length + 1)[None, :]
+    valid = ends <= lengths[doc_of_token][:, None]
+    rows = numpy.broadcast_to(doc_of_token[:, None], ends.shape)[valid]
+    return numpy.stack([rows, numpy.broadcast_to(starts[:, None], ends.shape)[valid], ends[valid]], axis=1)
+
+
+def fragment_targets(
+    fragments: numpy.ndarray, gold: List[List[Tuple[int, int, int]]], ignored: List[List[Tuple[int, int]]] = None
+) -> Tuple[numpy.ndarray, numpy.ndarray]:
+    """Label id (0 = NONE) and kind (EXACT, OVERLAP, DISJOINT, IGNORED) of every fragment.
+
+    A fragment equal to a gold span takes its label; one that shares a token with a gold
+    span (or with an `ignored` span, e.g. one of an unknown label) is OVERLAP, the rest
+    DISJOINT. A fragment equal to an ignored span is IGNORED: it is neither trained as an
+    entity nor as NONE.
+    """
+    labels = numpy.zeros(len(fragments), dtype="int64")
+    kinds = numpy.full(len(fragments), DISJOINT, dtype="int64")
+    if len(fragments) == 0:
+        return labels, kinds
+    doc_bounds = numpy.searchsorted(fragments[:, 0], numpy.arange(len(gold) + 1))
+    for doc_index, spans in enumerate(gold):
+        lo, hi = doc_bounds[doc_index], doc_bounds[doc_index + 1]
+        extra = ignored[doc_index] if ignored else []
+        if lo == hi or not (spans or extra):
+            continue
+        starts, ends = fragments[lo:hi, 1], fragments[lo:hi, 2]
+        doc_labels, doc_kinds = labels[lo:hi], kinds[lo:hi]
+        for start, end, *_ in list(spans) + list(extra):
+            doc_kinds[(starts < end) & (ends > start) & (doc_kinds == DISJOINT)] = OVERLAP
+        for start, end in extra:
+            doc_kinds[(starts == start) & (ends == end)] = IGNORED
+        for start, end, label in spans:
+            exact = (starts == start) & (ends == end)
+            doc_labels[exact & (doc_kinds != EXACT)] = label
+            doc_kinds[exact] = EXACT
+    return labels, kinds
+
+
+def sample_fragments(
+    kinds: numpy.ndarray, overlap_rate: float, disjoint_rate: float, rng: numpy.random.Generator
+) -> numpy.ndarray:
+    """Indices of the fragments to train on: every gold one, and NONE ones at the given rates."""
+    draw = rng.random(len(kinds))
+    keep = (kinds == EXACT) | ((kinds == OVERLAP) & (draw < overlap_rate)) | (
+        (kinds == DISJOINT) & (draw < disjoint_rate)
+    )
+    return numpy.flatnonzero(keep)

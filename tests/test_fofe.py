@@ -1,0 +1,130 @@
+"""FOFE ops against the recurrence computed naively, and their backward passes as true adjoints."""
+
+import numpy
+import pytest
+
+from spacy_fofe import fofe
+
+LENGTHS = numpy.asarray([5, 0, 1, 9, 3])
+N = 5
+
+
+def naive_prefix(seq, alpha):
+    out, z = [], numpy.zeros(seq.shape[1])
+    for row in seq:
+        z = alpha * z + row
+        out.append(z)
+    return numpy.asarray(out).reshape(seq.shape)
+
+
+def split(x, lengths):
+    return numpy.split(x, numpy.cumsum(lengths)[:-1])
+
+
+@pytest.fixture
+def x():
+    return numpy.random.default_rng(0).normal(size=(int(LENGTHS.sum()), 4)).astype("float32")
+
+
+@pytest.mark.parametrize("alpha", [0.5, 0.7, 0.95])
+def test_prefix_fofe_matches_recurrence_per_sequence(x, alpha):
+    forward = fofe.prefix_fofe(x, LENGTHS, alpha)
+    backward = fofe.prefix_fofe(x, LENGTHS, alpha, reverse=True)
+    for seq, f, b in zip(split(x, LENGTHS), split(forward, LENGTHS), split(backward, LENGTHS)):
+        numpy.testing.assert_allclose(f, naive_prefix(seq, alpha), rtol=1e-5, atol=1e-5)
+        numpy.testing.assert_allclose(b, naive_prefix(seq[::-1], alpha)[::-1], rtol=1e-5, atol=1e-5)
+
+
+def test_prefix_fofe_of_nothing_is_empty():
+    empty = numpy.zeros((0, 3), dtype="float32")
+    assert fofe.prefix_fofe(empty, numpy.asarray([0, 0]), 0.5).shape == (0, 3)
+
+
+def test_fragment_grids_match_naive_context_codes(x):
+    alpha = 0.6
+    F = fofe.prefix_fofe(x, LENGTHS, alpha)
+    B = fofe.prefix_fofe(x, LENGTHS, alpha, reverse=True)
+    total = x.shape[0]
+    left_incl = fofe.grid_at_end(F, N, 0, total)
+    left_excl = fofe.grid_at_start(fofe.shift_within(F, LENGTHS, -1), N, 0, total)
+    right_incl = fofe.grid_at_start(B, N, 0, total)
+    right_excl = fofe.grid_at_end(fofe.shift_within(B, LENGTHS, 1), N, 0, total)
+    bow = fofe.grid_mean(x, N, 0, total)
+    offset = 0
+    for seq in split(x, LENGTHS):
+        for i in range(len(seq)):
+            for j in range(i, min(i + N, len(seq))):
+                t, l = offset + i, j - i
+                numpy.testing.assert_allclose(left_incl[t, l], naive_prefix(seq[: j + 1], alpha)[-1], atol=1e-5)
+                expect = naive_prefix(seq[:i], alpha)[-1] if i else numpy.zeros(4)
+                numpy.testing.assert_allclose(left_excl[t, l], expect, atol=1e-5)
+                numpy.testing.assert_allclose(right_incl[t, l], naive_prefix(seq[i:][::-1], alpha)[-1], atol=1e-5)
+                rest = seq[j + 1:]
+                expect = naive_prefix(rest[::-1], alpha)[-1] if len(rest) else numpy.zeros(4)
+                numpy.testing.assert_allclose(right_excl[t, l], expect, atol=1e-5)
+                numpy.testing.assert_allclose(bow[t, l], seq[i: j + 1].mean(axis=0), atol=1e-5)
+        offset += len(seq)
+
+
+def test_char_fofe_of_fragments_matches_naive_codes():
+    rng = numpy.random.default_rng(1)
+    # Two texts: "ab cde f" and "gh"; tokens as [start, end) character offsets (flat).
+    char_lengths = numpy.asarray([8, 2])
+    token_starts = numpy.asarray([0, 3, 7, 8])
+    token_ends = numpy.asarray([2, 6, 8, 10])
+    token_lengths = [3, 1]
+    chars = rng.normal(size=(10, 3)).astype("float32")
+    alpha = 0.8
+    lr_end, lr_before, rl_start, rl_after = fofe.char_boundary_codes(
+        chars, char_lengths, token_starts, token_ends, alpha)
+    decay = fofe.char_decay(token_starts, token_ends, 3, alpha, 0, 4)
+    lr = fofe.grid_at_end(lr_end, 3, 0, 4) - decay[:, :, None] * fofe.grid_at_start(lr_before, 3, 0, 4)
+    rl = fofe.grid_at_start(rl_start, 3, 0, 4) - decay[:, :, None] * fofe.grid_at_end(rl_after, 3, 0, 4)
+    offset = 0
+    for n_tokens in token_lengths:
+        for i in range(offset, offset + n_tokens):
+            for j in range(i, offset + n_tokens):
+                frag = chars[token_starts[i]: token_ends[j]]
+                numpy.testing.assert_allclose(lr[i, j - i], naive_prefix(frag, alpha)[-1], atol=1e-5)
+                numpy.testing.assert_allclose(rl[i, j - i], naive_prefix(frag[::-1], alpha)[-1], atol=1e-5)
+        offset += n_tokens
+
+
+def _adjoint_gap(op, op_backward, x, out_shape_like):
+    """<op(x), g> - <x, op_backward(g)>: zero for a linear op and its true gradient."""
+    g = numpy.random.default_rng(2).normal(size=out_shape_like.shape).astype("float32")
+    return float((op(x) * g).sum() - (x * op_backward(g)).sum())
+
+
+@pytest.mark.parametrize("name", ["start", "end", "mean"])
+def test_grid_backward_is_the_adjoint(x, name):
+    grid, backward = fofe.GRID_OPS[name]
+    total = x.shape[0]
+    gap = _adjoint_gap(lambda y: grid(y, N, 0, total), lambda g: backward(g, total), x, grid(x, N, 0, total))
+    assert abs(gap) < 1e-3
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_prefix_fofe_backward_is_the_adjoint(x, reverse):
+    op = lambda y: fofe.prefix_fofe(y, LENGTHS, 0.7, reverse)  # noqa: E731
+    back = lambda g: fofe.prefix_fofe_backward(g, LENGTHS, 0.7, reverse)  # noqa: E731
+    assert abs(_adjoint_gap(op, back, x, x)) < 1e-3
+
+
+@pytest.mark.parametrize("step", [-1, 1])
+def test_shift_within_backward_is_the_adjoint(x, step):
+    op = lambda y: fofe.shift_within(y, LENGTHS, step)  # noqa: E731
+    back = lambda g: fofe.shift_within(g, LENGTHS, -step)  # noqa: E731
+    assert abs(_adjoint_gap(op, back, x, x)) < 1e-4
+
+
+def test_char_codes_backward_is_the_adjoint():
+    rng = numpy.random.default_rng(3)
+    char_lengths = numpy.asarray([8, 2])
+    starts, ends = numpy.asarray([0, 3, 7, 8]), numpy.asarray([2, 6, 8, 10])
+    chars = rng.normal(size=(10, 3)).astype("float32")
+    codes = fofe.char_boundary_codes(chars, char_lengths, starts, ends, 0.8)
+    grads = tuple(rng.normal(size=c.shape).astype("float32") for c in codes)
+    forward = sum(float((c * g).sum()) for c, g in zip(codes, grads))
+    d_chars = fofe.char_boundary_codes_backward(grads, char_lengths, starts, ends, 0.8, 10)
+    assert abs(forward - float((chars * d_chars).sum())) < 1e-3
