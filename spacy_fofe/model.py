@@ -23,21 +23,26 @@ from . import fofe
 
 InT = Tuple[List[Doc], Ints2d]
 
-# Feature groups: name -> terms (source array, where it is read, whether it is multiplied
-# by -alpha_char^(characters in fragment)). Column blocks of W follow this order.
+# Feature groups, in the order of W's column blocks. Each block multiplies one source
+# array; its projection is then read at the fragment's "start" row, its "end" row, or
+# averaged ("mean") over it. Shifting commutes with projection (shift(F) W = shift(F W)),
+# so the context codes excluding the fragment are projected with the including ones and
+# shifted afterwards: one matrix product per source. "decayed" places are multiplied by
+# -char_alpha ** (characters in the fragment) before summing (character FOFE).
 FEATURE_GROUPS = {
-    "left_context": [("left_incl", "end", False), ("left_excl", "start", False)],
-    "right_context": [("right_incl", "start", False), ("right_excl", "end", False)],
-    "bag_of_words": [("tokens", "mean", False)],
-    "char_fofe": [("lr_end", "end", False), ("lr_before", "start", True),
-                  ("rl_start", "start", False), ("rl_after", "end", True)],
+    "left_context": ["left_incl", "left_excl"],
+    "right_context": ["right_incl", "right_excl"],
+    "bag_of_words": ["tokens"],
+    "char_fofe": ["lr", "rl"],
 }
-# Width of each group's block of W, in units of the source width (tokens or characters).
-GROUP_BLOCKS = {"left_context": ["left_incl", "left_excl"], "right_context": ["right_incl", "right_excl"],
-                "bag_of_words": ["tokens"], "char_fofe": ["lr", "rl"]}
-TERM_BLOCK = {"left_incl": "left_incl", "left_excl": "left_excl", "right_incl": "right_incl",
-              "right_excl": "right_excl", "tokens": "tokens", "lr_end": "lr", "lr_before": "lr",
-              "rl_start": "rl", "rl_after": "rl"}
+# block -> (source, shift applied after projection, place)
+BLOCKS = {
+    "left_incl": ("forward", 0, "end"),
+    "left_excl": ("forward", -1, "start"),
+    "right_incl": ("backward", 0, "start"),
+    "right_excl": ("backward", 1, "end"),
+    "tokens": ("tokens", 0, "mean"),
+}
 
 
 @registry.architectures("spacy_fofe.FOFENER.v1")
@@ -132,7 +137,7 @@ def _infer_width(tok2vec: Model, docs: Optional[List[Doc]]) -> int:
 
 
 def _block_widths(groups: List[str], nI: int, nC: int) -> Dict[str, int]:
-    return {block: (nC if block in ("lr", "rl") else nI) for g in groups for block in GROUP_BLOCKS[g]}
+    return {block: (nC if block in ("lr", "rl") else nI) for g in groups for block in FEATURE_GROUPS[g]}
 
 
 def forward(model: Model[InT, Floats2d], inputs: InT, is_train: bool):
@@ -157,7 +162,7 @@ def forward(model: Model[InT, Floats2d], inputs: InT, is_train: bool):
     offsets = numpy.cumsum(lengths) - lengths
     cells = (offsets[fragments[:, 0]] + fragments[:, 1]) * n + (fragments[:, 2] - fragments[:, 1] - 1)
     sources, char_offsets, backprop_sources = _sources(model, docs, x, ops.asarray(lengths))
-    placed, backprop_placed = _project_sources(model, sources)
+    placed, backprop_placed = _project_sources(model, sources, ops.asarray(lengths))
     b = model.get_param("b")
 
     def grid_rows(begin: int, end: int):
@@ -243,13 +248,9 @@ def _sources(model, docs, x, lengths):
     groups = model.attrs["groups"]
     sources = {}
     if "left_context" in groups:
-        forward_codes = fofe.prefix_fofe(x, lengths, alpha)
-        sources["left_incl"] = forward_codes
-        sources["left_excl"] = fofe.shift_within(forward_codes, lengths, -1)
+        sources["forward"] = fofe.prefix_fofe(x, lengths, alpha)
     if "right_context" in groups:
-        backward_codes = fofe.prefix_fofe(x, lengths, alpha, reverse=True)
-        sources["right_incl"] = backward_codes
-        sources["right_excl"] = fofe.shift_within(backward_codes, lengths, 1)
+        sources["backward"] = fofe.prefix_fofe(x, lengths, alpha, reverse=True)
     if "bag_of_words" in groups:
         sources["tokens"] = x
     char_backprop, char_offsets = None, None
@@ -259,12 +260,10 @@ def _sources(model, docs, x, lengths):
 
     def backprop(d_sources):
         d_x = d_sources.get("tokens", model.ops.alloc2f(*x.shape))
-        if "left_excl" in d_sources:
-            d_forward = d_sources["left_incl"] + fofe.shift_within(d_sources["left_excl"], lengths, 1)
-            d_x = d_x + fofe.prefix_fofe_backward(d_forward, lengths, alpha)
-        if "right_excl" in d_sources:
-            d_backward = d_sources["right_incl"] + fofe.shift_within(d_sources["right_excl"], lengths, -1)
-            d_x = d_x + fofe.prefix_fofe_backward(d_backward, lengths, alpha, reverse=True)
+        if "forward" in d_sources:
+            d_x = d_x + fofe.prefix_fofe_backward(d_sources["forward"], lengths, alpha)
+        if "backward" in d_sources:
+            d_x = d_x + fofe.prefix_fofe_backward(d_sources["backward"], lengths, alpha, reverse=True)
         if char_backprop is not None:
             char_backprop(d_sources)
         return d_x
@@ -311,30 +310,71 @@ def _char_sources(model, docs):
     return dict(zip(names, codes)), backprop, (token_starts, token_ends)
 
 
-def _project_sources(model, sources):
-    """Multiply each source by its block of W and sum those read at the same place."""
+def _project_sources(model, sources, lengths):
+    """Project every source once by its blocks of W and sum what is read at the same place.
+
+    Returns {place: (N, nH)} and the backprop from {place: gradient} to {source: gradient}.
+    """
+    ops = model.ops
     W = model.get_param("W")
     widths = _block_widths(model.attrs["groups"], model.get_dim("nI"), model.get_dim("nC"))
-    blocks, offset = {}, 0
+    columns, offset = {}, 0
     for block, width in widths.items():
-        blocks[block] = (offset, offset + width)
+        columns[block] = slice(offset, offset + width)
         offset += width
-    terms = [term for g in model.attrs["groups"] for term in FEATURE_GROUPS[g]]
-    placed = {}
-    for name, place, decayed in terms:
-        key = place + ("_decayed" if decayed else "")
-        lo, hi = blocks[TERM_BLOCK[name]]
-        projected = model.ops.gemm(sources[name], W[:, lo:hi], trans2=True)
-        placed[key] = placed[key] + projected if key in placed else projected
+    nH = W.shape[0]
+    # source -> its blocks; one product per source with those blocks' rows of W stacked.
+    by_source: Dict[str, List[str]] = {}
+    for block in widths:
+        if block in BLOCKS:
+            by_source.setdefault(BLOCKS[block][0], []).append(block)
+    placed: Dict[str, Floats2d] = {}
+
+    def add(place, value):
+        placed[place] = placed[place] + value if place in placed else value
+
+    projections = {}
+    for source, blocks in by_source.items():
+        W_source = ops.xp.concatenate([W[:, columns[b]] for b in blocks], axis=0)
+        projections[source] = ops.gemm(sources[source], W_source, trans2=True)
+        for k, block in enumerate(blocks):
+            _, shift, place = BLOCKS[block]
+            part = projections[source][:, k * nH:(k + 1) * nH]
+            add(place, fofe.shift_within(part, lengths, shift) if shift else part)
+    # Character codes: the code at one boundary minus alpha^L times the code at the other,
+    # all through one block of W; the four boundary arrays are stacked into one product.
+    char_pairs = {"lr": ("lr_end", "lr_before"), "rl": ("rl_start", "rl_after")}
+    char_places = {"lr_end": "end", "lr_before": "start_decayed", "rl_start": "start", "rl_after": "end_decayed"}
+    for block, names in char_pairs.items():
+        if block in widths:
+            stacked = ops.xp.concatenate([sources[name] for name in names], axis=0)
+            projected = ops.gemm(stacked, W[:, columns[block]], trans2=True)
+            n_rows = sources[names[0]].shape[0]
+            add(char_places[names[0]], projected[:n_rows])
+            add(char_places[names[1]], projected[n_rows:])
 
     def backprop(d_placed):
-        d_W = model.ops.alloc2f(*W.shape)
+        d_W = ops.alloc2f(*W.shape)
         d_sources = {}
-        for name, place, decayed in terms:
-            d = d_placed[place + ("_decayed" if decayed else "")]
-            lo, hi = blocks[TERM_BLOCK[name]]
-            d_W[:, lo:hi] += model.ops.gemm(d, sources[name], trans1=True)
-            d_sources[name] = model.ops.gemm(d, W[:, lo:hi])
+        for source, blocks in by_source.items():
+            parts = []
+            for block in blocks:
+                _, shift, place = BLOCKS[block]
+                parts.append(fofe.shift_within(d_placed[place], lengths, -shift) if shift else d_placed[place])
+            d_projection = ops.xp.concatenate(parts, axis=1)
+            W_source = ops.xp.concatenate([W[:, columns[b]] for b in blocks], axis=0)
+            d_W_source = ops.gemm(d_projection, sources[source], trans1=True)
+            for k, block in enumerate(blocks):
+                d_W[:, columns[block]] += d_W_source[k * nH:(k + 1) * nH]
+            d_sources[source] = ops.gemm(d_projection, W_source)
+        for block, names in char_pairs.items():
+            if block in widths:
+                stacked = ops.xp.concatenate([sources[name] for name in names], axis=0)
+                d_projected = ops.xp.concatenate([d_placed[char_places[name]] for name in names], axis=0)
+                d_W[:, columns[block]] += ops.gemm(d_projected, stacked, trans1=True)
+                d_stacked = ops.gemm(d_projected, W[:, columns[block]])
+                n_rows = sources[names[0]].shape[0]
+                d_sources[names[0]], d_sources[names[1]] = d_stacked[:n_rows], d_stacked[n_rows:]
         model.inc_grad("W", d_W)
         return d_sources
 

@@ -1,0 +1,61 @@
+"""Decoding on hand-made candidate tables."""
+
+import pytest
+
+from spacy_fofe.decoding import Candidate, Level, decode, highest_first, longest_first
+
+HF = Level("highest-first", 0.5)
+LF = Level("longest-first", 0.5)
+
+
+def spans(decoded):
+    return [(c.start, c.end, c.label, depth) for c, depth in decoded]
+
+
+def test_paper_example_nests_loc_inside_org():
+    # [w2 w3, PER, .7], [w3 w4, LOC, .8], [w1..w4, ORG, .9], tokens counted from 0.
+    cands = [Candidate(1, 3, "PER", 0.7), Candidate(2, 4, "LOC", 0.8), Candidate(0, 4, "ORG", 0.9)]
+    assert spans(decode(cands, [HF, HF])) == [(0, 4, "ORG", 0), (2, 4, "LOC", 1)]
+    assert spans(decode(cands, [HF])) == [(0, 4, "ORG", 0)]
+
+
+def test_highest_first_keeps_best_non_overlapping():
+    cands = [Candidate(0, 2, "A", 0.6), Candidate(1, 3, "B", 0.9), Candidate(3, 4, "C", 0.55)]
+    assert [(c.start, c.end) for c in highest_first(cands)] == [(1, 3), (3, 4)]
+
+
+def test_highest_first_ties_do_not_depend_on_input_order():
+    cands = [Candidate(0, 2, "A", 0.8), Candidate(1, 3, "B", 0.8)]
+    assert highest_first(cands) == highest_first(cands[::-1]) == [Candidate(0, 2, "A", 0.8)]
+
+
+def test_longest_first_maximises_covered_tokens_then_score():
+    cands = [Candidate(0, 3, "A", 0.6), Candidate(0, 1, "B", 0.99), Candidate(1, 2, "C", 0.99),
+             Candidate(3, 5, "D", 0.7)]
+    assert [(c.start, c.end) for c in longest_first(cands)] == [(0, 3), (3, 5)]
+    tie = [Candidate(0, 2, "A", 0.6), Candidate(1, 3, "B", 0.9)]
+    assert longest_first(tie) == [Candidate(1, 3, "B", 0.9)]
+
+
+def test_thresholds_per_level_and_per_label():
+    cands = [Candidate(0, 3, "ORG", 0.9), Candidate(1, 2, "LOC", 0.6), Candidate(4, 5, "PER", 0.45)]
+    assert spans(decode(cands, [HF, Level("highest-first", 0.7)])) == [(0, 3, "ORG", 0)]
+    assert spans(decode(cands, [Level("highest-first", 0.5, {"PER": 0.4})])) == [
+        (0, 3, "ORG", 0), (4, 5, "PER", 0)]
+
+
+def test_depth_limit_stops_nesting():
+    cands = [Candidate(0, 5, "A", 0.9), Candidate(1, 4, "B", 0.9), Candidate(2, 3, "C", 0.9)]
+    assert len(decode(cands, [HF, HF, HF])) == 3
+    assert spans(decode(cands, [HF, HF])) == [(0, 5, "A", 0), (1, 4, "B", 1)]
+
+
+def test_no_candidates_and_same_span_with_other_label_is_not_nested():
+    assert decode([], [HF, HF]) == []
+    cands = [Candidate(0, 2, "A", 0.9), Candidate(0, 2, "B", 0.8)]
+    assert spans(decode(cands, [HF, HF])) == [(0, 2, "A", 0)]
+
+
+def test_unknown_algorithm_is_rejected():
+    with pytest.raises(ValueError, match="Unknown decoding algorithm"):
+        decode([Candidate(0, 1, "A", 0.9)], [Level("best-guess", 0.5)])

@@ -1,0 +1,46 @@
+"""Fragment enumeration, gold targets and NONE sampling."""
+
+import numpy
+
+from spacy_fofe.fragments import (DISJOINT, EXACT, IGNORED, OVERLAP, enumerate_fragments, fragment_targets,
+                                  sample_fragments)
+
+
+def test_enumerate_fragments_lists_every_span_up_to_n_once():
+    fragments = enumerate_fragments([4, 0, 1, 2], 3)
+    expected = [(0, s, e) for s in range(4) for e in range(s + 1, min(s + 3, 4) + 1)]
+    expected += [(2, 0, 1), (3, 0, 1), (3, 0, 2), (3, 1, 2)]
+    assert sorted(map(tuple, fragments.tolist())) == sorted(expected)
+    assert len(fragments) == len(set(map(tuple, fragments.tolist())))
+
+
+def test_enumerate_fragments_of_no_tokens_is_empty():
+    assert enumerate_fragments([], 7).shape == (0, 3)
+    assert enumerate_fragments([0, 0], 7).shape == (0, 3)
+
+
+def test_targets_label_exact_overlap_and_disjoint_fragments():
+    fragments = enumerate_fragments([6], 3)
+    labels, kinds = fragment_targets(fragments, [[(1, 3, 2)]], [[(5, 6)]])
+    by_span = {(s, e): (int(lab), int(k)) for (_, s, e), lab, k in zip(fragments, labels, kinds)}
+    assert by_span[(1, 3)] == (2, EXACT)
+    assert by_span[(2, 3)] == (0, OVERLAP) and by_span[(0, 2)] == (0, OVERLAP)
+    assert by_span[(3, 5)] == (0, DISJOINT)
+    assert by_span[(5, 6)] == (0, IGNORED) and by_span[(4, 6)] == (0, OVERLAP)
+
+
+def test_targets_keep_the_first_label_of_a_span_given_twice():
+    fragments = enumerate_fragments([3], 2)
+    labels, kinds = fragment_targets(fragments, [[(0, 1, 1), (0, 1, 3)]])
+    assert labels[0] == 1 and kinds[0] == EXACT
+
+
+def test_sampling_keeps_all_gold_and_none_at_the_given_rates():
+    rng = numpy.random.default_rng(0)
+    kinds = numpy.asarray([EXACT] * 100 + [OVERLAP] * 20000 + [DISJOINT] * 20000 + [IGNORED] * 100)
+    kept = sample_fragments(kinds, 0.36, 0.09, rng)
+    kept_kinds = kinds[kept]
+    assert (kept_kinds == EXACT).sum() == 100
+    assert abs((kept_kinds == OVERLAP).sum() / 20000 - 0.36) < 0.02
+    assert abs((kept_kinds == DISJOINT).sum() / 20000 - 0.09) < 0.01
+    assert (kept_kinds == IGNORED).sum() == 0

@@ -1,0 +1,98 @@
+"""The FOFENER.v1 architecture: gradients against finite differences, train/predict agreement."""
+
+import numpy
+import pytest
+import spacy
+from thinc.api import Model
+
+from spacy_fofe.fragments import enumerate_fragments
+from spacy_fofe.model import build_fofe_ner_model
+
+
+def table_tok2vec(width: int, rows: int) -> Model:
+    """Token vectors read from a parameter table by position, so their gradient can be checked."""
+    def forward(model, docs, is_train):
+        table, out, i = model.get_param("T"), [], 0
+        for doc in docs:
+            out.append(table[i:i + len(doc)])
+            i += len(doc)
+
+        def backprop(d_out):
+            d_table = numpy.zeros_like(table)
+            d_table[:i] = numpy.concatenate(d_out) if d_out else 0
+            model.inc_grad("T", d_table)
+            return []
+        return out, backprop
+
+    def init(model, X=None, Y=None):
+        model.set_param("T", numpy.random.default_rng(0).normal(size=(rows, width)).astype("float32"))
+    return Model("table", forward, init=init, dims={"nO": width})
+
+
+@pytest.fixture
+def docs():
+    nlp = spacy.blank("en")
+    return [nlp("Ann met Bob in Rome ."), nlp("Hi"), nlp("New York , USA")]
+
+
+@pytest.mark.parametrize("groups", [{}, {"char_fofe": False}, {"left_context": False, "bag_of_words": False}])
+def test_gradients_match_finite_differences(docs, groups):
+    model = build_fofe_ner_model(table_tok2vec(6, 12), hidden_width=8, depth=2, dropout=0.0, word_alpha=0.6,
+                                 char_alpha=0.7, char_width=4, n_char_buckets=64, nO=3, **groups)
+    fragments = enumerate_fragments([len(d) for d in docs], 3)
+    model.initialize(X=(docs, fragments))
+    # Softmax starts at zero weights, which would zero every gradient below it.
+    output = model.get_ref("output")
+    output.set_param("W", numpy.random.default_rng(3).normal(size=output.get_param("W").shape).astype("float32"))
+    # Thinc's Softmax backprop takes the gradient with respect to its logits, which for
+    # cross-entropy is (probabilities - one-hot) / n: check against that loss.
+    targets = numpy.random.default_rng(1).integers(0, 3, size=len(fragments))
+    rows = numpy.arange(len(fragments))
+
+    def loss(probs):
+        return float(-numpy.log(probs[rows, targets]).astype("float64").sum())
+
+    scores, backprop = model.begin_update((docs, fragments))
+    numpy.testing.assert_allclose(scores, model.predict((docs, fragments)), atol=1e-6)
+    d_scores = scores.copy()
+    d_scores[rows, targets] -= 1.0
+    backprop(d_scores)
+    tok2vec = model.get_ref("tok2vec")
+    checked = [(tok2vec, "T")] + [(model, name) for name in ("W", "b", "E") if model.has_param(name)]
+    for owner, name in checked:
+        param, grad = owner.get_param(name), owner.get_grad(name)
+        assert numpy.abs(grad).max() > 1e-3, f"gradient of {name} is zero: the check would be vacuous"
+        errors = []
+        for flat in range(0, min(param.size, 72)):
+            index = numpy.unravel_index(flat, param.shape)
+            saved = param[index]
+            values = []
+            for step in (1e-3, -1e-3):
+                param[index] = saved + step
+                values.append(loss(model.predict((docs, fragments))))
+            param[index] = saved
+            numeric = (values[0] - values[1]) / 2e-3
+            if abs(numeric) > 1e-3:
+                errors.append(abs(numeric - float(grad[index])) / abs(numeric))
+        # A ReLU kink inside the finite-difference step spoils a few entries; a wrong
+        # gradient spoils most of them.
+        assert len(errors) >= 5 and numpy.mean(numpy.asarray(errors) < 1e-2) >= 0.8, (name, sorted(errors))
+
+
+def test_chunked_prediction_equals_one_chunk(docs):
+    model = build_fofe_ner_model(table_tok2vec(6, 12), hidden_width=8, char_width=4, nO=3)
+    fragments = enumerate_fragments([len(d) for d in docs], 4)
+    model.initialize(X=(docs, fragments))
+    whole = model.predict((docs, fragments))
+    model.attrs["chunk_cells"] = 1  # one grid row per chunk
+    numpy.testing.assert_allclose(model.predict((docs, fragments)), whole, atol=1e-6)
+
+
+def test_invalid_architecture_settings_name_the_setting():
+    with pytest.raises(ValueError, match="word_alpha"):
+        build_fofe_ner_model(table_tok2vec(4, 4), word_alpha=1.0)
+    with pytest.raises(ValueError, match="char_alpha"):
+        build_fofe_ner_model(table_tok2vec(4, 4), char_alpha=0.0)
+    with pytest.raises(ValueError, match="feature group"):
+        build_fofe_ner_model(table_tok2vec(4, 4), left_context=False, right_context=False, bag_of_words=False,
+                             char_fofe=False)
