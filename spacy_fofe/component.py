@@ -459,5 +459,13 @@ def _score_weights_follow_key(nlp: Language, name: str, key: str) -> None:
     meta = nlp.get_pipe_meta(name)
     weights = {f"spans_{key}_f": 1.0, f"spans_{key}_p": 0.0, f"spans_{key}_r": 0.0}
     weights.update({k: v for k, v in meta.default_score_weights.items() if k.startswith("ents_")})
+    stale = set(meta.default_score_weights) - set(weights)
     nlp._pipe_meta[name] = dataclasses.replace(meta, default_score_weights=weights, scores=list(weights))
+    # Language.config merges back the weights it filled in at add_pipe; drop the fixed
+    # spans_sc_* ones unless another component still reports them.
+    others = {k for other in nlp.component_names if other != name
+              for k in nlp.get_pipe_meta(other).default_score_weights}
+    filled = nlp._config.get("training", {}).get("score_weights", {})
+    for stale_key in stale - others:
+        filled.pop(stale_key, None)
 

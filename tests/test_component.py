@@ -1,0 +1,206 @@
+"""The fofe_ner component through spaCy's public entry points."""
+
+import subprocess
+import sys
+import warnings
+
+import numpy
+import pytest
+import spacy
+from spacy.tokens import Span
+from spacy.training import Example
+
+NESTED = [
+    ("The University of Toronto hired Ann Lee .", [(1, 4, "ORG"), (3, 4, "LOC"), (5, 7, "PER")]),
+    ("Ann Lee lives in Toronto .", [(0, 2, "PER"), (4, 5, "LOC")]),
+    ("Bank of Paris fired Bob .", [(0, 3, "ORG"), (2, 3, "LOC"), (4, 5, "PER")]),
+    ("Nothing to see here .", []),
+    ("Bob visited Paris and Toronto .", [(0, 1, "PER"), (2, 3, "LOC"), (4, 5, "LOC")]),
+]
+SMALL_MODEL = {"hidden_width": 64, "dropout": 0.0, "tok2vec": {"width": 32, "rows": [500, 200, 200, 200]}}
+
+
+def make_examples(nlp, data, key="sc"):
+    examples = []
+    for text, spans in data:
+        reference = nlp.make_doc(text)
+        reference.spans[key] = [Span(reference, s, e, label=label) for s, e, label in spans]
+        examples.append(Example(nlp.make_doc(text), reference))
+    return examples
+
+
+def train(nlp, examples, steps=200):
+    optimizer = nlp.initialize(lambda: examples)
+    for _ in range(steps):
+        nlp.update(examples, sgd=optimizer)
+    return nlp
+
+
+@pytest.fixture(scope="module")
+def trained():
+    spacy.util.fix_random_seed(0)
+    nlp = spacy.blank("en")
+    # Outer level longest-first: highest-first would let a confident inner span (Toronto)
+    # block the span that contains it (University of Toronto).
+    config = {"model": SMALL_MODEL, "overlap_rate": 1.0, "disjoint_rate": 1.0, "decoding": "longest-first"}
+    nlp.add_pipe("fofe_ner", config=config)
+    return train(nlp, make_examples(nlp, NESTED))
+
+
+def predicted(doc, key="sc"):
+    return sorted((s.start, s.end, s.label_) for s in doc.spans[key])
+
+
+def test_add_pipe_works_without_importing_the_package():
+    code = "import spacy; nlp = spacy.blank('en'); print(type(nlp.add_pipe('fofe_ner')).__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "FOFENER"
+
+
+def test_overfits_a_small_nested_corpus(trained):
+    assert trained.get_pipe("fofe_ner").cfg["nested"] is True
+    for text, spans in NESTED:
+        doc = trained(text)
+        assert predicted(doc) == sorted(spans), text
+        outer = [s for s in spans if not any(o != s and o[0] <= s[0] and s[1] <= o[1] for o in spans)]
+        assert sorted((e.start, e.end, e.label_) for e in doc.ents) == sorted(outer)
+        assert len(doc.spans["sc"].attrs["scores"]) == len(spans)
+
+
+def test_evaluate_reports_span_scores_under_the_key(trained):
+    scores = trained.evaluate(make_examples(trained, NESTED))
+    assert scores["spans_sc_f"] == 1.0
+    assert set(scores["spans_sc_per_type"]) == {"ORG", "LOC", "PER"}
+
+
+def test_serialization_round_trips_give_identical_predictions(trained, tmp_path):
+    texts = [text for text, _ in NESTED]
+    ner = trained.get_pipe("fofe_ner")
+    before = [ner.predict([trained.make_doc(t)])[1] for t in texts]
+    trained.to_disk(tmp_path / "pipeline")
+    for nlp2 in (spacy.load(tmp_path / "pipeline"), spacy.blank("en").from_config(trained.config)):
+        if nlp2.get_pipe("fofe_ner").labels == ():
+            nlp2.from_bytes(trained.to_bytes())
+        ner2 = nlp2.get_pipe("fofe_ner")
+        assert ner2.cfg == ner.cfg
+        for text, scores in zip(texts, before):
+            numpy.testing.assert_array_equal(ner2.predict([nlp2.make_doc(text)])[1], scores)
+            assert predicted(nlp2(text)) == predicted(trained(text))
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\n\n\n", "a", "Toronto", "Ann Lee .", "🙂\u200d👍 e\u0301 שלום 北京大学 \x07"])
+def test_unusual_docs_get_an_empty_or_valid_span_group(trained, text):
+    doc = trained(text)
+    assert "sc" in doc.spans
+    assert all(0 <= s.start < s.end <= len(doc) for s in doc.spans["sc"])
+
+
+def test_very_long_doc_and_long_token(trained):
+    doc = trained(" ".join(["Ann Lee lives in Toronto ."] * 3334))  # 20,004 tokens
+    assert len(doc) == 20004
+    assert sum(1 for s in doc.spans["sc"] if s.label_ == "PER") >= 3000
+    doc = trained("x" * 10000 + " Toronto")
+    assert len(doc) == 2 and "sc" in doc.spans
+
+
+def test_pipe_with_two_processes_and_mixed_batches(trained):
+    texts = ["", "Ann Lee lives in Toronto .", " ", "Bob visited Paris and Toronto ."] * 3
+    single = [predicted(d) for d in trained.pipe(texts, batch_size=1)]
+    assert [predicted(d) for d in trained.pipe(texts, batch_size=1000)] == single
+    assert [predicted(d) for d in trained.pipe(texts, batch_size=2, n_process=2)] == single
+
+
+def test_settings_changed_after_training_take_effect(trained):
+    ner = trained.get_pipe("fofe_ner")
+    text = NESTED[0][0]
+    try:
+        ner.cfg["nested"] = False
+        assert predicted(trained(text)) == [(1, 4, "ORG"), (5, 7, "PER")]
+        per_score = trained(text).spans["sc"].attrs["scores"][-1]
+        assert per_score < 1.0
+        ner.cfg["label_thresholds"] = {"PER": (per_score + 1.0) / 2}
+        assert predicted(trained(text)) == [(1, 4, "ORG")]
+        ner.cfg["spans_key"] = "entities"
+        assert predicted(trained(text), "entities") == [(1, 4, "ORG")]
+    finally:
+        ner.cfg.update({"nested": True, "label_thresholds": {}, "spans_key": "sc"})
+
+
+def test_existing_entities_are_kept_or_overwritten_as_configured(trained):
+    ner = trained.get_pipe("fofe_ner")
+    doc = trained.make_doc("Ann Lee lives in Toronto .")
+    doc.ents = [Span(doc, 1, 3, label="OTHER")]  # overlaps our PER (0, 2)
+    try:
+        ner.cfg["ents"] = "keep"
+        kept = ner(doc)
+        assert [(e.start, e.end, e.label_) for e in kept.ents] == [(1, 3, "OTHER"), (4, 5, "LOC")]
+        ner.cfg["ents"] = "overwrite"
+        assert [(e.start, e.end, e.label_) for e in ner(doc).ents] == [(0, 2, "PER"), (4, 5, "LOC")]
+    finally:
+        ner.cfg["ents"] = "overwrite"
+
+
+def test_use_before_initialize_says_how_to_fix_it():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("fofe_ner")
+    with pytest.raises(ValueError, match="not initialized.*nlp.initialize"):
+        nlp("Ann lives in Toronto .")
+
+
+def test_no_labels_in_the_data_is_a_clear_error():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("fofe_ner", config={"model": SMALL_MODEL})
+    with pytest.raises(ValueError, match="no labels"):
+        nlp.initialize(lambda: make_examples(nlp, [("Nothing here .", [])]))
+
+
+@pytest.mark.parametrize("setting,value", [("max_length", 0), ("threshold", 1.5), ("overlap_rate", -0.1),
+                                           ("disjoint_rate", 2), ("decoding", "best"), ("ents", "maybe"),
+                                           ("max_depth", 0), ("nested_threshold", -1)])
+def test_invalid_settings_are_rejected_with_their_name(setting, value):
+    with pytest.raises(ValueError, match=setting):
+        spacy.blank("en").add_pipe("fofe_ner", config={setting: value})
+
+
+def test_initialize_warns_about_gold_it_cannot_learn():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("fofe_ner", config={"model": SMALL_MODEL, "max_length": 2})
+    data = [("a b c d e", [(0, 3, "X"), (2, 4, "Y"), (2, 4, "Y")]), ("f g", [(0, 1, "X")])]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        nlp.initialize(lambda: make_examples(nlp, data))
+    messages = " ".join(str(w.message) for w in caught)
+    assert "1 gold spans are longer than max_length=2" in messages and "X: 1" in messages
+    assert "cross each other" in messages and "duplicates" in messages
+
+
+def test_unknown_label_at_update_is_warned_and_left_out():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("fofe_ner", config={"model": SMALL_MODEL})
+    optimizer = nlp.initialize(lambda: make_examples(nlp, NESTED[:2]))
+    with pytest.warns(UserWarning, match="'MISC' is not among"):
+        nlp.update(make_examples(nlp, [("Ann saw Mars .", [(2, 3, "MISC")])]), sgd=optimizer)
+
+
+def test_gold_from_doc_ents_when_the_key_is_absent_and_weights_follow_the_key():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("fofe_ner", config={"model": SMALL_MODEL, "spans_key": "mine"})
+    examples = []
+    for text, spans in NESTED[1:2] + NESTED[3:]:
+        reference = nlp.make_doc(text)
+        reference.ents = [Span(reference, s, e, label=label) for s, e, label in spans]
+        examples.append(Example(nlp.make_doc(text), reference))
+    nlp.initialize(lambda: examples)
+    assert nlp.get_pipe("fofe_ner").labels == ("LOC", "PER")
+    assert nlp.config["training"]["score_weights"]["spans_mine_f"] > 0
+    assert "spans_sc_f" not in nlp.config["training"]["score_weights"]
+
+
+def test_diverged_training_is_reported():
+    nlp = spacy.blank("en")
+    ner = nlp.add_pipe("fofe_ner", config={"model": SMALL_MODEL})
+    examples = make_examples(nlp, NESTED)
+    optimizer = nlp.initialize(lambda: examples)
+    ner.model.get_ref("output").get_param("W")[:] = numpy.nan
+    with pytest.raises(ValueError, match="not finite"):
+        nlp.update(examples, sgd=optimizer)
