@@ -95,20 +95,31 @@ def read_columns(
     with Path(path).open(encoding="utf8") as file:
         for line in file:
             line = line.rstrip("\n").rstrip("\r")
-            if line.startswith("#") and not words:
-                continue
             if not line.strip():
                 if words:
                     yield flush()
                     words, rows = [], []
                 continue
             cells = line.split(separator) if separator else line.split()
+            if line.startswith("#") and not _has_tags(cells, tag_columns):
+                continue  # a comment; a token "#" with valid tags is kept
+            if len(cells) <= max(max(tag_columns), token_column, -min(min(tag_columns), token_column) - 1):
+                raise ValueError(f"{path}: line {line!r} has {len(cells)} columns; expected the token in "
+                                 f"column {token_column} and tags in columns {list(tag_columns)}")
             if cells[token_column] == "-DOCSTART-":
                 continue
             words.append(cells[token_column])
             rows.append(cells)
     if words:
         yield flush()
+
+
+def _has_tags(cells: List[str], tag_columns: Sequence[int]) -> bool:
+    try:
+        tags = [cells[c] for c in tag_columns]
+    except IndexError:
+        return False
+    return all(t == "O" or (t[:2] in ("B-", "I-", "E-", "S-") and len(t) > 2) for t in tags)
 
 
 def read_jsonl(path: Path) -> Iterator[Tuple[List[str], List[SpanTuple], int]]:

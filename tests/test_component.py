@@ -204,3 +204,59 @@ def test_diverged_training_is_reported():
     ner.model.get_ref("output").get_param("W")[:] = numpy.nan
     with pytest.raises(ValueError, match="not finite"):
         nlp.update(examples, sgd=optimizer)
+
+
+LISTENER_PIPELINE = """
+[nlp]
+lang = "en"
+pipeline = ["tok2vec", "fofe_ner"]
+
+[components]
+
+[components.tok2vec]
+factory = "tok2vec"
+
+[components.tok2vec.model]
+@architectures = "spacy.Tok2Vec.v2"
+
+[components.tok2vec.model.embed]
+@architectures = "spacy.MultiHashEmbed.v2"
+width = 32
+attrs = ["NORM", "SHAPE"]
+rows = [500, 100]
+include_static_vectors = false
+
+[components.tok2vec.model.encode]
+@architectures = "spacy.MaxoutWindowEncoder.v2"
+width = 32
+depth = 2
+window_size = 1
+maxout_pieces = 3
+
+[components.fofe_ner]
+factory = "fofe_ner"
+decoding = "longest-first"
+overlap_rate = 1.0
+disjoint_rate = 1.0
+
+[components.fofe_ner.model]
+@architectures = "spacy_fofe.FOFENER.v1"
+hidden_width = 64
+dropout = 0.0
+
+[components.fofe_ner.model.tok2vec]
+@architectures = "spacy.Tok2VecListener.v1"
+width = 32
+upstream = "*"
+"""
+
+
+def test_trains_through_a_shared_cnn_tok2vec_listener(tmp_path):
+    spacy.util.fix_random_seed(0)
+    nlp = spacy.util.load_model_from_config(spacy.util.load_config_from_str(LISTENER_PIPELINE), auto_fill=True)
+    train(nlp, make_examples(nlp, NESTED), steps=200)
+    for text, spans in NESTED:
+        assert predicted(nlp(text)) == sorted(spans), text
+    nlp.to_disk(tmp_path / "listener")
+    reloaded = spacy.load(tmp_path / "listener")
+    assert [predicted(reloaded(t)) for t, _ in NESTED] == [sorted(s) for _, s in NESTED]

@@ -1,0 +1,102 @@
+"""Time the two ways of computing the FOFE first layer (DESIGN.md section 3), forward + backward.
+
+"positions": project each prefix-code array once (N rows), then sum projected rows on the
+fragment grid (what spacy_fofe.model does). "fragments": build every fragment's feature
+vector on the grid, gather the scored ones, and multiply by W. Word features only (the
+character features cost the same in both). Prints seconds per batch and the ratio.
+
+    python project/scripts/bench_first_layer.py [--tokens 1000] [--width 128] [--n 7]
+"""
+
+import argparse
+import time
+
+import numpy
+from thinc.api import NumpyOps
+
+from spacy_fofe import fofe
+
+ops = NumpyOps()
+PLACES = {"left_incl": "end", "left_excl": "start", "right_incl": "start", "right_excl": "end", "tokens": "mean"}
+
+
+def sources(x, lengths):
+    F = fofe.prefix_fofe(x, lengths, 0.5)
+    B = fofe.prefix_fofe(x, lengths, 0.5, reverse=True)
+    return {"left_incl": F, "left_excl": fofe.shift_within(F, lengths, -1), "right_incl": B,
+            "right_excl": fofe.shift_within(B, lengths, 1), "tokens": x}
+
+
+def by_positions(src, W, cells, n, d_out):
+    N, d = src["tokens"].shape
+    grid = numpy.zeros((N, n, W.shape[0]), dtype="float32")
+    blocks = {}
+    for k, (name, place) in enumerate(PLACES.items()):
+        blocks[name] = W[:, k * d:(k + 1) * d]
+        grid += fofe.GRID_OPS[place][0](ops.gemm(src[name], blocks[name], trans2=True), n, 0, N)
+    out = grid.reshape((-1, W.shape[0]))[cells]
+    d_grid = numpy.zeros_like(grid).reshape((-1, W.shape[0]))
+    d_grid[cells] = d_out
+    d_grid = d_grid.reshape(grid.shape)
+    for name, place in PLACES.items():
+        d_proj = fofe.GRID_OPS[place][1](d_grid, N)
+        ops.gemm(d_proj, src[name], trans1=True)
+        ops.gemm(d_proj, blocks[name])
+    return out
+
+
+def by_fragments(src, W, cells, n, d_out):
+    N, d = src["tokens"].shape
+    feats = numpy.concatenate([fofe.GRID_OPS[place][0](src[name], n, 0, N) for name, place in PLACES.items()],
+                              axis=2).reshape((N * n, -1))
+    picked = feats[cells]
+    out = ops.gemm(picked, W, trans2=True)
+    ops.gemm(d_out, picked, trans1=True)
+    d_picked = ops.gemm(d_out, W)
+    d_feats = numpy.zeros_like(feats)
+    d_feats[cells] = d_picked
+    d_feats = d_feats.reshape((N, n, -1))
+    for k, (name, place) in enumerate(PLACES.items()):
+        fofe.GRID_OPS[place][1](d_feats[:, :, k * d:(k + 1) * d], N)
+    return out
+
+
+def best_time(fn, repeats=5):
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tokens", type=int, default=1000)
+    parser.add_argument("--width", type=int, default=128, help="token vector width")
+    parser.add_argument("--n", type=int, default=7)
+    parser.add_argument("--hidden", default="64,128,256,512")
+    args = parser.parse_args()
+    rng = numpy.random.default_rng(0)
+    lengths = numpy.full(args.tokens // 14, 14)
+    N = int(lengths.sum())
+    x = rng.normal(size=(N, args.width)).astype("float32")
+    src = sources(x, lengths)
+    valid = numpy.asarray([t * args.n + l for t in range(N) for l in range(args.n) if t % 14 + l < 14])
+    print(f"{N} tokens, width {args.width}, n={args.n}; seconds per batch, forward + backward")
+    print("hidden  scored      positions  fragments  fragments/positions")
+    for hidden in [int(h) for h in args.hidden.split(",")]:
+        W = rng.normal(size=(hidden, 5 * args.width)).astype("float32") * 0.05
+        for name, cells in [("train 15%", numpy.sort(rng.choice(valid, len(valid) * 15 // 100, replace=False))),
+                            ("all", valid)]:
+            d_out = rng.normal(size=(len(cells), hidden)).astype("float32")
+            a = by_positions(src, W, cells, args.n, d_out)
+            b = by_fragments(src, W, cells, args.n, d_out)
+            assert numpy.allclose(a, b, atol=1e-3), "the two ways disagree"
+            t_pos = best_time(lambda: by_positions(src, W, cells, args.n, d_out))
+            t_frag = best_time(lambda: by_fragments(src, W, cells, args.n, d_out))
+            print(f"{hidden:6d}  {name:10s}  {t_pos:9.4f}  {t_frag:9.4f}  {t_frag / t_pos:6.2f}x")
+
+
+if __name__ == "__main__":
+    main()
