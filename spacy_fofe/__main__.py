@@ -25,7 +25,17 @@ def main(argv=None) -> int:
     conv.add_argument("--no-ents", action="store_true", help="do not also write the outer level to doc.ents")
     conv.add_argument("--max-length", type=int, default=7, help="n, to report how many gold spans are longer")
 
+    tune = commands.add_parser("tune", help="tune decoding thresholds and algorithms on dev; save the pipeline")
+    tune.add_argument("model", type=Path, help="trained pipeline directory")
+    tune.add_argument("dev", type=Path, help="dev .spacy file")
+    tune.add_argument("output", type=Path, help="where to save the tuned pipeline")
+    tune.add_argument("--component", default="fofe_ner")
+
     args = parser.parse_args(argv)
+    if args.command == "tune":
+        from .tune import tune_pipeline
+
+        tune_pipeline(args.model, args.dev, args.output, args.component)
     if args.command == "convert":
         if args.format == "jsonl":
             records = converters.read_jsonl(args.input)

@@ -21,7 +21,7 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, set_dropout_rate
 from thinc.types import Floats2d
 
-from .decoding import ALGORITHMS, Candidate, Level, decode
+from .decoding import ALGORITHMS, Candidate, Level, decode, levels_from
 from .fragments import enumerate_fragments, fragment_targets, sample_fragments
 from .scoring import gold_spans
 
@@ -222,13 +222,7 @@ class FOFENER(TrainablePipe):
 
     def levels(self) -> List[Level]:
         """The decoding settings of each nesting level, read from cfg (so edits take effect)."""
-        cfg = self.cfg
-        outer = Level(cfg["decoding"], cfg["threshold"], cfg["label_thresholds"])
-        if not cfg["nested"]:
-            return [outer]
-        inner_threshold = cfg["threshold"] if cfg["nested_threshold"] is None else cfg["nested_threshold"]
-        inner = Level(cfg["nested_decoding"], inner_threshold, cfg["label_thresholds"])
-        return [outer] + [inner] * (cfg["max_depth"] - 1)
+        return levels_from(self.cfg)
 
     def candidates(
         self, n_docs: int, fragments: numpy.ndarray, scores: Floats2d, levels: List[Level]

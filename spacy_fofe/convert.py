@@ -4,6 +4,9 @@ Column files: one token per line, a token column and one IOB/BIO tag column per 
 level (CoNLL-2003: `token POS chunk NER`, IOB1; GermEval 2014: `id token outer inner`,
 BIO), blank lines between sentences, `#` comment lines and `-DOCSTART-` lines skipped.
 JSON lines: {"tokens": [...], "spans": [[start, end, label], ...]} (end exclusive).
+Readers yield (words, spans of each level, invalid tag count); with more than one level
+the converter also writes each level to doc.spans[f"{key}_level{i}"] (i from 1, outer
+first), which the level-aware GermEval metric reads.
 """
 
 import json
@@ -79,18 +82,18 @@ def tags_to_spans(tags: Sequence[str], scheme: str = "iob2") -> Tuple[List[SpanT
 def read_columns(
     path: Path, token_column: int = 0, tag_columns: Sequence[int] = (-1,), scheme: str = "iob2",
     separator: Optional[str] = None,
-) -> Iterator[Tuple[List[str], List[SpanTuple], int]]:
-    """Yield (words, spans over all levels, invalid tag count) per sentence of a column file."""
+) -> Iterator[Tuple[List[str], List[List[SpanTuple]], int]]:
+    """Yield (words, spans of each tag column, invalid tag count) per sentence of a column file."""
     words: List[str] = []
     rows: List[List[str]] = []
 
     def flush():
-        spans, invalid = [], 0
+        levels, invalid = [], 0
         for column in tag_columns:
             level_spans, level_invalid = tags_to_spans([row[column] for row in rows], scheme)
-            spans.extend(level_spans)
+            levels.append(level_spans)
             invalid += level_invalid
-        return list(words), sorted(set(spans)), invalid
+        return list(words), levels, invalid
 
     with Path(path).open(encoding="utf8") as file:
         for line in file:
@@ -122,8 +125,8 @@ def _has_tags(cells: List[str], tag_columns: Sequence[int]) -> bool:
     return all(t == "O" or (t[:2] in ("B-", "I-", "E-", "S-") and len(t) > 2) for t in tags)
 
 
-def read_jsonl(path: Path) -> Iterator[Tuple[List[str], List[SpanTuple], int]]:
-    """Yield (words, spans, 0) per line of a JSON lines file; blank lines are skipped."""
+def read_jsonl(path: Path) -> Iterator[Tuple[List[str], List[List[SpanTuple]], int]]:
+    """Yield (words, [spans], 0) per line of a JSON lines file; blank lines are skipped."""
     with Path(path).open(encoding="utf8") as file:
         for number, line in enumerate(file, 1):
             if not line.strip():
@@ -135,13 +138,18 @@ def read_jsonl(path: Path) -> Iterator[Tuple[List[str], List[SpanTuple], int]]:
                 if not 0 <= start < end <= len(words):
                     raise ValueError(f"{path}:{number}: span [{start}, {end}) is outside the {len(words)} tokens")
                 spans.append((int(start), int(end), str(label)))
-            yield words, sorted(set(spans)), 0
+            yield words, [sorted(set(spans))], 0
 
 
-def make_doc(vocab: Vocab, words: List[str], spans: Iterable[SpanTuple], spans_key: str, ents: bool) -> Doc:
-    """A Doc with the spans in doc.spans[spans_key] and, if asked, the outer level in doc.ents."""
+def make_doc(vocab: Vocab, words: List[str], levels: List[List[SpanTuple]], spans_key: str, ents: bool) -> Doc:
+    """A Doc with all spans in doc.spans[spans_key] (each level in its own group too when
+    there are several) and, if asked, the outer level in doc.ents."""
     doc = Doc(vocab, words=words)
+    spans = sorted({span for level in levels for span in level})
     doc.spans[spans_key] = [Span(doc, start, end, label=label) for start, end, label in spans]
+    if len(levels) > 1:
+        for i, level in enumerate(levels, 1):
+            doc.spans[f"{spans_key}_level{i}"] = [Span(doc, s, e, label=label) for s, e, label in level]
     if ents:
         doc.ents = filter_spans(doc.spans[spans_key])
     return doc
@@ -152,18 +160,19 @@ def count_nested(spans: Sequence[SpanTuple]) -> int:
 
 
 def convert(
-    records: Iterable[Tuple[List[str], List[SpanTuple], int]], output: Path, spans_key: str = "sc",
+    records: Iterable[Tuple[List[str], List[List[SpanTuple]], int]], output: Path, spans_key: str = "sc",
     ents: bool = True, max_length: int = 7, lang: str = "xx",
 ) -> ConversionReport:
     """Write records to a .spacy file and return what was written."""
     vocab = Vocab()
     report = ConversionReport(max_length=max_length)
     doc_bin = DocBin(store_user_data=True)
-    for words, spans, invalid in records:
+    for words, levels, invalid in records:
+        spans = sorted({span for level in levels for span in level})
         report.invalid_tags += invalid
         report.nested += count_nested(spans)
         report.add(words, spans)
-        doc_bin.add(make_doc(vocab, words, spans, spans_key, ents))
+        doc_bin.add(make_doc(vocab, words, levels, spans_key, ents))
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     doc_bin.to_disk(output)

@@ -100,3 +100,13 @@ def _decode_level(candidates, levels, depth, found):
             ]
             if inside:
                 _decode_level(inside, levels, depth + 1, found)
+
+
+def levels_from(cfg: Dict) -> List[Level]:
+    """The levels described by a fofe_ner cfg: the outer one, then max_depth - 1 inner ones."""
+    outer = Level(cfg["decoding"], cfg["threshold"], cfg["label_thresholds"])
+    if not cfg["nested"]:
+        return [outer]
+    inner_threshold = cfg["threshold"] if cfg["nested_threshold"] is None else cfg["nested_threshold"]
+    inner = Level(cfg["nested_decoding"], inner_threshold, cfg["label_thresholds"])
+    return [outer] + [inner] * (cfg["max_depth"] - 1)

@@ -1,8 +1,9 @@
-"""Scores of fofe_ner: span P/R/F over all levels and per label, plus entity P/R/F."""
+"""Scores of fofe_ner: span P/R/F over all levels and per label, the level-aware strict
+metric of GermEval 2014, and entity P/R/F."""
 
-from typing import Any, Dict, Iterable
+from typing import Any, Dict, Iterable, List, Set, Tuple
 
-from spacy.scorer import Scorer, get_ner_prf
+from spacy.scorer import PRFScore, Scorer, get_ner_prf
 from spacy.tokens import Doc
 from spacy.training import Example
 from spacy.util import registry
@@ -30,9 +31,61 @@ def score_fofe_ner(
         has_annotation=lambda doc: spans_key in doc.spans or doc.has_annotation("ENT_IOB"),
         allow_overlap=True,
     )
+    scores.update(score_levels(examples, spans_key))
     if ents != "off":
         scores.update(get_ner_prf(examples))
     return scores
+
+
+def span_levels(doc: Doc, spans_key: str, predicted: bool) -> List[Set[Tuple[int, int, str]]]:
+    """[outer spans, inner spans] of a doc, each as (start, end, label).
+
+    Gold levels come from doc.spans[f"{key}_level1"], [f"{key}_level2"], ... when the
+    converter wrote them; predicted levels from the decoded depths in the span group's
+    attrs. Otherwise a span is inner when another span strictly contains it. Depth 2 and
+    below count as inner (GermEval has two levels).
+    """
+    spans = list(gold_spans(doc, spans_key))
+    if not predicted and f"{spans_key}_level1" in doc.spans:
+        levels = [{(s.start, s.end, s.label_) for s in doc.spans[f"{spans_key}_level1"]}, set()]
+        i = 2
+        while f"{spans_key}_level{i}" in doc.spans:
+            levels[1] |= {(s.start, s.end, s.label_) for s in doc.spans[f"{spans_key}_level{i}"]}
+            i += 1
+        return levels
+    depths = doc.spans[spans_key].attrs.get("depths") if spans_key in doc.spans else None
+    if depths is None or len(depths) != len(spans):
+        depths = [int(any(o.start <= s.start and s.end <= o.end and (o.start, o.end) != (s.start, s.end)
+                          for o in spans)) for s in spans]
+    levels: List[Set[Tuple[int, int, str]]] = [set(), set()]
+    for span, depth in zip(spans, depths):
+        levels[min(depth, 1)].add((span.start, span.end, span.label_))
+    return levels
+
+
+def score_levels(examples: Iterable[Example], spans_key: str) -> Dict[str, Any]:
+    """GermEval 2014's strict metric: a span counts only on its own level (outer or inner).
+
+    Returns spans_{key}_outer_p/r/f, _inner_p/r/f, and _strict_p/r/f for both levels
+    together (the official "combined" figure). Assumes the predicted tokenization is
+    the reference's (as for corpora read from .spacy files).
+    """
+    per_level = [PRFScore(), PRFScore()]
+    for eg in examples:
+        if not (spans_key in eg.reference.spans or eg.reference.has_annotation("ENT_IOB")):
+            continue
+        gold = span_levels(eg.reference, spans_key, predicted=False)
+        pred = span_levels(eg.predicted, spans_key, predicted=True)
+        for score, g, p in zip(per_level, gold, pred):
+            score.score_set(p, g)
+    combined = PRFScore()
+    for score in per_level:
+        combined += score
+    out: Dict[str, Any] = {}
+    for name, score in (("outer", per_level[0]), ("inner", per_level[1]), ("strict", combined)):
+        out.update({f"spans_{spans_key}_{name}_p": score.precision, f"spans_{spans_key}_{name}_r": score.recall,
+                    f"spans_{spans_key}_{name}_f": score.fscore})
+    return out
 
 
 @registry.scorers("spacy_fofe.fofe_ner_scorer.v1")

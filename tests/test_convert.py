@@ -47,6 +47,9 @@ def test_nested_columns_round_trip_with_comments_docstart_and_blank_lines(tmp_pa
     assert docs[0] == (["Die", "Universität", "Toronto", "#"], [(1, 3, "ORG"), (2, 3, "LOC")], [(1, 3, "ORG")])
     assert docs[1][0] == ["#tag", "Paris"] and docs[1][1] == [(0, 1, "OTH"), (1, 2, "LOC")]
     assert len(docs) == 2
+    doc = next(DocBin().from_disk(tmp_path / "out.spacy").get_docs(Vocab()))
+    assert [(s.start, s.end) for s in doc.spans["sc_level1"]] == [(1, 3)]
+    assert [(s.start, s.end) for s in doc.spans["sc_level2"]] == [(2, 3)]
     assert report.invalid_tags == 1 and report.nested == 1
     assert report.longer_than_n == {"ORG": 1}
     assert "spans longer than n=1: 1" in report.summary()
@@ -55,7 +58,7 @@ def test_nested_columns_round_trip_with_comments_docstart_and_blank_lines(tmp_pa
 def test_column_order_is_an_option(tmp_path):
     source = tmp_path / "swapped.tsv"
     source.write_text("B-PER x Ann\nI-PER x Lee\n", encoding="utf8")
-    assert list(read_columns(source, token_column=2, tag_columns=[0])) == [(["Ann", "Lee"], [(0, 2, "PER")], 0)]
+    assert list(read_columns(source, token_column=2, tag_columns=[0])) == [(["Ann", "Lee"], [[(0, 2, "PER")]], 0)]
 
 
 def test_too_few_columns_is_a_clear_error(tmp_path):

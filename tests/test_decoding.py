@@ -59,3 +59,20 @@ def test_no_candidates_and_same_span_with_other_label_is_not_nested():
 def test_unknown_algorithm_is_rejected():
     with pytest.raises(ValueError, match="Unknown decoding algorithm"):
         decode([Candidate(0, 1, "A", 0.9)], [Level("best-guess", 0.5)])
+
+
+def test_tuning_finds_thresholds_that_raise_f1_on_a_constructed_case():
+    from spacy_fofe.tune import span_f1, tune_decoding
+
+    # Label A: true spans score 0.4 and false ones 0.3, so the default 0.5 finds nothing.
+    # Label B: false spans score 0.6 and true ones 0.9, so 0.5 keeps noise.
+    candidates = [[Candidate(0, 1, "A", 0.4), Candidate(2, 3, "A", 0.3), Candidate(4, 5, "B", 0.9),
+                   Candidate(6, 7, "B", 0.6)] for _ in range(5)]
+    gold = [{(0, 1, "A"), (4, 5, "B")} for _ in range(5)]
+    cfg = {"decoding": "highest-first", "threshold": 0.5, "label_thresholds": {}, "nested": False,
+           "nested_decoding": "highest-first", "nested_threshold": None, "max_depth": 2}
+    tuned, before, after = tune_decoding(candidates, gold, cfg, ["A", "B"])
+    assert before == pytest.approx(span_f1(candidates, gold, [Level("highest-first", 0.5)]))
+    assert before < 0.67 and after == 1.0
+    assert 0.3 < tuned["label_thresholds"].get("A", tuned["threshold"]) <= 0.4
+    assert 0.6 < tuned["label_thresholds"].get("B", tuned["threshold"]) <= 0.9
