@@ -420,7 +420,8 @@ class GoldStats:
                 else:
                     self.multi_label += 1
             seen[key] = span.label_
-        bounds = sorted(seen)
+        # Containers before their contents: by start, then longest first.
+        bounds = sorted(seen, key=lambda b: (b[0], -b[1]))
         for i, (s1, e1) in enumerate(bounds):
             for s2, e2 in bounds[i + 1:]:
                 if s2 >= e1:

@@ -260,3 +260,14 @@ def test_trains_through_a_shared_cnn_tok2vec_listener(tmp_path):
     nlp.to_disk(tmp_path / "listener")
     reloaded = spacy.load(tmp_path / "listener")
     assert [predicted(reloaded(t)) for t, _ in NESTED] == [sorted(s) for _, s in NESTED]
+
+
+def test_initialize_counts_nesting_with_a_shared_start_as_nested_not_crossing():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("fofe_ner", config={"model": SMALL_MODEL})
+    data = [("Marrowdale Gazette opened", [(0, 1, "LOC"), (0, 2, "ORG")])]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        nlp.initialize(lambda: make_examples(nlp, data))
+    assert not any("cross" in str(w.message) for w in caught)
+    assert nlp.get_pipe("fofe_ner").cfg["nested"] is True

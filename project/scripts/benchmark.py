@@ -1,0 +1,198 @@
+"""Benchmark fofe_ner against spaCy's ner and spancat on one corpus, on this machine, in one run.
+
+For each system (and each vectors setting) it trains a pipeline (or reuses one already
+trained under OUT/<name>/model-best), then measures on the test split, each in a fresh
+process: P/R/F1 (one scorer for all systems: spans under "sc", all levels, and for nested
+data GermEval's strict level-aware metric), training wall time, inference words/sec
+(nlp.pipe over the test texts, batch size 1000, best of 3 after a warm-up) and peak memory
+(max RSS of the training and of the inference process). Writes OUT/benchmark.json,
+OUT/benchmark.md and OUT/benchmark.png (F1 against words/sec).
+
+    python scripts/benchmark.py corpus/conll metrics/benchmark-conll --lang en --vectors vectors/glove50
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from spacy.util import load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+# The embedding all systems share: spaCy's MultiHashEmbed with our attributes and sizes.
+EMBED = {"width": 128, "attrs": ["NORM", "LOWER", "PREFIX", "SUFFIX", "SHAPE"], "rows": [5000, 5000, 1000, 2500, 2500]}
+
+
+def fofe_config(args, vectors: bool):
+    name = "demo.cfg" if args.small else ("germeval_cpu.cfg" if args.nested else "conll_cpu.cfg")
+    config = load_config(ROOT / "configs" / name)
+    config["nlp"]["lang"] = args.lang
+    config["components"]["fofe_ner"]["max_length"] = args.max_length
+    config["components"]["fofe_ner"]["model"]["tok2vec"]["include_static_vectors"] = vectors
+    return config
+
+
+def spacy_config(args, pipe: str, vectors: bool):
+    """spaCy's own CPU efficiency config for `pipe`, with our embedding settings."""
+    out = subprocess.run([sys.executable, "-m", "spacy", "init", "config", "-", "--lang", args.lang, "--pipeline", pipe,
+                          "--optimize", "efficiency"], capture_output=True, text=True, check=True).stdout
+    from thinc.api import Config
+
+    config = Config().from_str(out, interpolate=False)
+    model = config["components"]["tok2vec"]["model"]
+    settings = EMBED if not args.small else {**EMBED, "width": 64}
+    model["embed"].update(settings)
+    model["encode"]["width"] = settings["width"]  # spaCy ties the embedding width to the encoder's
+    model["embed"]["include_static_vectors"] = vectors
+    if pipe == "spancat":
+        config["components"]["spancat"]["suggester"] = {
+            "@misc": "spacy.ngram_range_suggester.v1", "min_size": 1, "max_size": args.max_length}
+    return config
+
+
+def run_measured(command):
+    """Run a command; return (seconds, peak RSS in MB)."""
+    start = time.perf_counter()
+    process = subprocess.Popen(command)
+    _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"failed: {' '.join(map(str, command))}")
+    return seconds, usage.ru_maxrss / 1024
+
+
+def train(args, name, config, vectors):
+    out = Path(args.out) / name
+    if (out / "model-best").exists():
+        info = out / "train_time.json"
+        return json.loads(info.read_text()) if info.exists() else {"train_seconds": None, "train_peak_mb": None}
+    out.mkdir(parents=True, exist_ok=True)
+    config["training"]["max_steps"] = args.max_steps
+    config.to_disk(out / "config.cfg")
+    corpus = Path(args.corpus)
+    command = [sys.executable, "-m", "spacy", "train", str(out / "config.cfg"), "--output", str(out),
+               "--paths.train", str(corpus / "train.spacy"), "--paths.dev", str(corpus / "dev.spacy"),
+               "--gpu-id", str(args.gpu_id)]
+    if vectors:
+        command += ["--paths.vectors", args.vectors]
+    seconds, peak = run_measured(command)
+    info = {"train_seconds": round(seconds, 1), "train_peak_mb": round(peak)}
+    (out / "train_time.json").write_text(json.dumps(info))
+    return info
+
+
+def measure(model: str, test: str, result: str, gpu_id: int) -> None:
+    """Child process: scores and words/sec of one pipeline on the test set."""
+    import spacy
+    from spacy.tokens import DocBin
+    from spacy.training import Example
+
+    from spacy_fofe.scoring import score_fofe_ner
+
+    device = "cpu"
+    if gpu_id >= 0 and spacy.prefer_gpu(gpu_id):
+        device = f"gpu {gpu_id}"
+    nlp = spacy.load(model)
+    gold = list(DocBin().from_disk(test).get_docs(nlp.vocab))
+    texts = [doc.text for doc in gold]
+    words = sum(len(doc) for doc in gold)
+    predicted = list(nlp.pipe(texts, batch_size=1000))  # also the warm-up
+    best = min(_timed(lambda: list(nlp.pipe(texts, batch_size=1000))) for _ in range(3))
+    scores = score_fofe_ner([Example(p, g) for p, g in zip(predicted, gold)], spans_key="sc", ents="off")
+    keep = {k: v for k, v in scores.items() if isinstance(v, (int, float)) or k.endswith("per_type")}
+    Path(result).write_text(json.dumps({"words_per_second": round(words / best), "device": device, **keep}))
+
+
+def _timed(fn):
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("corpus", nargs="?", help="folder with train.spacy, dev.spacy, test.spacy (gold under 'sc')")
+    parser.add_argument("out", nargs="?")
+    parser.add_argument("--lang", default="en")
+    parser.add_argument("--nested", action="store_true")
+    parser.add_argument("--systems", default="fofe_ner,ner,spancat")
+    parser.add_argument("--vectors", default=None, help="spaCy vectors folder; adds a with-vectors run of each")
+    parser.add_argument("--max-steps", type=int, default=3000)
+    parser.add_argument("--max-length", type=int, default=7)
+    parser.add_argument("--gpu-id", type=int, default=-1)
+    parser.add_argument("--small", action="store_true", help="small models (the demo corpus)")
+    parser.add_argument("--measure", nargs=3, metavar=("MODEL", "TEST", "RESULT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        return measure(*args.measure, args.gpu_id)
+    if not (args.corpus and args.out):
+        parser.error("corpus and out are required")
+    from tqdm import tqdm
+
+    settings = [False] + ([True] if args.vectors else [])
+    if args.vectors and not Path(args.vectors).exists():
+        raise SystemExit(f"vectors {args.vectors} not found: run `spacy project run vectors` first")
+    runs = [(s, v) for v in settings for s in args.systems.split(",") if not (s == "ner" and args.nested)]
+    rows = []
+    for system, vectors in tqdm(runs, desc="benchmark", unit="system"):
+        name = system + ("-vectors" if vectors else "")
+        tqdm.write(f"== {name}: training (max_steps={args.max_steps})")
+        config = fofe_config(args, vectors) if system == "fofe_ner" else spacy_config(args, system, vectors)
+        info = train(args, name, config, vectors)
+        tqdm.write(f"== {name}: measuring on test")
+        result = Path(args.out) / name / "measure.json"
+        _, peak = run_measured([sys.executable, __file__, "--measure", str(Path(args.out) / name / "model-best"),
+                                str(Path(args.corpus) / "test.spacy"), str(result), "--gpu-id", str(args.gpu_id)])
+        rows.append({"system": system, "vectors": vectors, **info, "inference_peak_mb": round(peak),
+                     **json.loads(result.read_text())})
+    write_reports(rows, Path(args.out), args.nested)
+
+
+def write_reports(rows, out: Path, nested: bool) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "benchmark.json").write_text(json.dumps(rows, indent=2))
+    header = "| system | vectors | P | R | F1 |" + (" strict F1 |" if nested else "") + \
+        " words/s | train s | train peak MB | inference peak MB | device |"
+    lines = [header, "|" + "---|" * (header.count("|") - 1)]
+    for r in rows:
+        strict = f" {100 * r['spans_sc_strict_f']:.2f} |" if nested else ""
+        lines.append(f"| {r['system']} | {'yes' if r['vectors'] else 'no'} | {100 * r['spans_sc_p']:.2f} | "
+                     f"{100 * r['spans_sc_r']:.2f} | {100 * r['spans_sc_f']:.2f} |{strict} {r['words_per_second']} | "
+                     f"{r['train_seconds']} | {r['train_peak_mb']} | {r['inference_peak_mb']} | {r['device']} |")
+    lines.append("")
+    for vectors in (False, True):
+        by_system = {r["system"]: r for r in rows if r["vectors"] == vectors}
+        fofe = by_system.get("fofe_ner")
+        for peer in ("ner", "spancat"):
+            if fofe and peer in by_system:
+                p = by_system[peer]
+                lines.append(f"- vectors={'yes' if vectors else 'no'}: fofe_ner vs {peer}: F1 "
+                             f"{100 * (fofe['spans_sc_f'] - p['spans_sc_f']):+.2f} points, words/s "
+                             f"{fofe['words_per_second'] / p['words_per_second']:.2f}x")
+    (out / "benchmark.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot (pip install 'spacy-fofe[bench]')")
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in rows:
+        label = r["system"] + (" + vectors" if r["vectors"] else "")
+        ax.scatter(r["words_per_second"], 100 * r["spans_sc_f"], s=40)
+        ax.annotate(label, (r["words_per_second"], 100 * r["spans_sc_f"]), textcoords="offset points", xytext=(5, 5))
+    ax.set_xlabel("inference words/s (CPU, nlp.pipe)")
+    ax.set_ylabel("test span F1")
+    ax.set_title(out.name)
+    fig.tight_layout()
+    fig.savefig(out / "benchmark.png", dpi=120)
+
+
+if __name__ == "__main__":
+    main()
