@@ -36,7 +36,8 @@ def docs():
 
 
 @pytest.mark.parametrize("groups", [{}, {"char_fofe": False}, {"left_context": False, "bag_of_words": False}])
-def test_gradients_match_finite_differences(docs, groups):
+def test_gradients_match_finite_differences(docs, groups, seed=0):
+    spacy.util.fix_random_seed(seed)  # W's initialisation reads the global random state
     model = build_fofe_ner_model(table_tok2vec(6, 12), hidden_width=8, depth=2, dropout=0.0, word_alpha=0.6,
                                  char_alpha=0.7, char_width=4, n_char_buckets=64, nO=3, **groups)
     fragments = enumerate_fragments([len(d) for d in docs], 3)
