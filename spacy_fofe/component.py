@@ -240,6 +240,23 @@ class FOFENER(TrainablePipe):
             per_doc[doc_index].append(Candidate(int(start), int(end), self.labels[best[i]], float(best_score[i])))
         return per_doc
 
+    # ----- serialization ----------------------------------------------------------------
+
+    def from_disk(self, path, *, exclude=tuple()) -> "FOFENER":
+        try:
+            return super().from_disk(path, exclude=exclude)
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as err:
+            raise ValueError(f"[{self.name}] cannot read the component saved in {path}: its files are truncated, "
+                             f"corrupted or from another component ({type(err).__name__}: {err}). Restore or "
+                             "retrain it.") from err
+
+    def from_bytes(self, bytes_data: bytes, *, exclude=tuple()) -> "FOFENER":
+        try:
+            return super().from_bytes(bytes_data, exclude=exclude)
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as err:
+            raise ValueError(f"[{self.name}] cannot read the component from bytes: the data is truncated, "
+                             f"corrupted or from another component ({type(err).__name__}: {err}).") from err
+
     # ----- training ---------------------------------------------------------------------
 
     def update(

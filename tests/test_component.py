@@ -271,3 +271,15 @@ def test_initialize_counts_nesting_with_a_shared_start_as_nested_not_crossing():
         nlp.initialize(lambda: make_examples(nlp, data))
     assert not any("cross" in str(w.message) for w in caught)
     assert nlp.get_pipe("fofe_ner").cfg["nested"] is True
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage"])
+def test_a_damaged_model_file_is_a_clear_error(trained, tmp_path, damage):
+    trained.to_disk(tmp_path / "pipeline")
+    model_file = tmp_path / "pipeline" / "fofe_ner" / "model"
+    data = model_file.read_bytes()
+    model_file.write_bytes(data[: len(data) // 2] if damage == "truncate" else bytes(range(256)) * 20)
+    with pytest.raises(ValueError, match="cannot read the component saved in .*truncated, corrupted"):
+        spacy.load(tmp_path / "pipeline")
+    with pytest.raises(ValueError, match="cannot read the component from bytes"):
+        spacy.blank("en").add_pipe("fofe_ner").from_bytes(b"\x93\x01")
