@@ -80,9 +80,17 @@ def shift_within(x: Floats2d, lengths: Ints1d, step: int) -> Floats2d:
     return out
 
 
-def _padded(y: Floats2d, n: int) -> Floats2d:
+def _window(y: Floats2d, n: int, begin: int, end: int) -> Floats2d:
+    """Rows begin .. end + n - 1 of y, zeros past its end: all that grid rows begin..end read.
+
+    Copies only those rows, so scoring a long document chunk by chunk stays linear.
+    """
     xp = get_array_module(y)
-    return xp.concatenate([y, xp.zeros((n, y.shape[1]), dtype=y.dtype)], axis=0)
+    rows = y[begin: end + n - 1]
+    missing = (end - begin) + n - 1 - rows.shape[0]
+    if missing > 0:
+        rows = xp.concatenate([rows, xp.zeros((missing, y.shape[1]), dtype=y.dtype)], axis=0)
+    return rows
 
 
 def grid_at_start(y: Floats2d, n: int, begin: int, end: int) -> Floats3d:
@@ -94,8 +102,8 @@ def grid_at_start(y: Floats2d, n: int, begin: int, end: int) -> Floats3d:
 def grid_at_end(y: Floats2d, n: int, begin: int, end: int) -> Floats3d:
     """Cell (t, l) holds y[t + l]: a feature read at the fragment's last row (zeros past the end)."""
     xp = get_array_module(y)
-    padded = _padded(y, n)
-    return xp.stack([padded[begin + l : end + l] for l in range(n)], axis=1)
+    rows = _window(y, n, begin, end)
+    return xp.stack([rows[l: l + end - begin] for l in range(n)], axis=1)
 
 
 def grid_mean(y: Floats2d, n: int, begin: int, end: int) -> Floats3d:
@@ -105,11 +113,11 @@ def grid_mean(y: Floats2d, n: int, begin: int, end: int) -> Floats3d:
     two cumulative sums would lose precision on long documents in float32).
     """
     xp = get_array_module(y)
-    padded = _padded(y, n)
+    rows = _window(y, n, begin, end)
     out = xp.empty((end - begin, n, y.shape[1]), dtype=y.dtype)
     running = xp.zeros((end - begin, y.shape[1]), dtype=y.dtype)
     for l in range(n):
-        running += padded[begin + l : end + l]
+        running += rows[l: l + end - begin]
         out[:, l] = running / (l + 1)
     return out
 

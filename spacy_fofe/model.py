@@ -23,25 +23,26 @@ from . import fofe
 
 InT = Tuple[List[Doc], Ints2d]
 
-# Feature groups, in the order of W's column blocks. Each block multiplies one source
-# array; its projection is then read at the fragment's "start" row, its "end" row, or
-# averaged ("mean") over it. Shifting commutes with projection (shift(F) W = shift(F W)),
-# so the context codes excluding the fragment are projected with the including ones and
-# shifted afterwards: one matrix product per source. "decayed" places are multiplied by
-# -char_alpha ** (characters in the fragment) before summing (character FOFE).
+# Feature groups, in the order of W's column blocks.
 FEATURE_GROUPS = {
     "left_context": ["left_incl", "left_excl"],
     "right_context": ["right_incl", "right_excl"],
     "bag_of_words": ["tokens"],
     "char_fofe": ["lr", "rl"],
 }
-# block -> (source, shift applied after projection, place)
-BLOCKS = {
-    "left_incl": ("forward", 0, "end"),
-    "left_excl": ("forward", -1, "start"),
-    "right_incl": ("backward", 0, "start"),
-    "right_excl": ("backward", 1, "end"),
-    "tokens": ("tokens", 0, "mean"),
+# Every source array (a row per token): the block of W it is multiplied by, and where on
+# the fragment it is read: its "start" row, its "end" row, the "mean" over its rows, or
+# start/end times -char_alpha ** (characters in the fragment) ("_decayed": char FOFE).
+SOURCES = {
+    "left_incl": ("left_incl", "end"),
+    "left_excl": ("left_excl", "start"),
+    "right_incl": ("right_incl", "start"),
+    "right_excl": ("right_excl", "end"),
+    "tokens": ("tokens", "mean"),
+    "lr_end": ("lr", "end"),
+    "lr_before": ("lr", "start_decayed"),
+    "rl_start": ("rl", "start"),
+    "rl_after": ("rl", "end_decayed"),
 }
 
 
@@ -162,25 +163,28 @@ def forward(model: Model[InT, Floats2d], inputs: InT, is_train: bool):
     offsets = numpy.cumsum(lengths) - lengths
     cells = (offsets[fragments[:, 0]] + fragments[:, 1]) * n + (fragments[:, 2] - fragments[:, 1] - 1)
     sources, char_offsets, backprop_sources = _sources(model, docs, x, ops.asarray(lengths))
-    placed, backprop_placed = _project_sources(model, sources, ops.asarray(lengths))
     b = model.get_param("b")
 
-    def grid_rows(begin: int, end: int):
+    def grid_rows(begin: int, end: int, placed=None):
+        """Pre-activations of grid rows begin..end; projects only the rows they read."""
+        if placed is None:
+            placed, _ = _project(model, sources, begin, min(end + n - 1, n_tokens))
         grid = ops.alloc3f(end - begin, n, model.get_dim("nH"))
         for place, grid_op in (("start", fofe.grid_at_start), ("end", fofe.grid_at_end), ("mean", fofe.grid_mean)):
             if place in placed:
-                grid += grid_op(placed[place], n, begin, end)
+                grid += grid_op(placed[place], n, 0, end - begin)
         if char_offsets is not None:
             decay = fofe.char_decay(*char_offsets, n, model.attrs["char_alpha"], begin, end)
-            decayed = fofe.grid_at_start(placed["start_decayed"], n, begin, end)
-            decayed += fofe.grid_at_end(placed["end_decayed"], n, begin, end)
+            decayed = fofe.grid_at_start(placed["start_decayed"], n, 0, end - begin)
+            decayed += fofe.grid_at_end(placed["end_decayed"], n, 0, end - begin)
             grid -= decay[:, :, None] * decayed
         return grid
 
     if not is_train:
         return _predict_in_chunks(model, grid_rows, cells, n, n_tokens, b), _no_backprop
 
-    grid = grid_rows(0, n_tokens)
+    placed, backprop_placed = _project(model, sources, 0, n_tokens)
+    grid = grid_rows(0, n_tokens, placed)
     nH = grid.shape[2]
     cells_dev = ops.asarray(cells)
     pre = grid.reshape((-1, nH))[cells_dev] + b
@@ -248,9 +252,11 @@ def _sources(model, docs, x, lengths):
     groups = model.attrs["groups"]
     sources = {}
     if "left_context" in groups:
-        sources["forward"] = fofe.prefix_fofe(x, lengths, alpha)
+        sources["left_incl"] = fofe.prefix_fofe(x, lengths, alpha)
+        sources["left_excl"] = fofe.shift_within(sources["left_incl"], lengths, -1)
     if "right_context" in groups:
-        sources["backward"] = fofe.prefix_fofe(x, lengths, alpha, reverse=True)
+        sources["right_incl"] = fofe.prefix_fofe(x, lengths, alpha, reverse=True)
+        sources["right_excl"] = fofe.shift_within(sources["right_incl"], lengths, 1)
     if "bag_of_words" in groups:
         sources["tokens"] = x
     char_backprop, char_offsets = None, None
@@ -260,10 +266,12 @@ def _sources(model, docs, x, lengths):
 
     def backprop(d_sources):
         d_x = d_sources.get("tokens", model.ops.alloc2f(*x.shape))
-        if "forward" in d_sources:
-            d_x = d_x + fofe.prefix_fofe_backward(d_sources["forward"], lengths, alpha)
-        if "backward" in d_sources:
-            d_x = d_x + fofe.prefix_fofe_backward(d_sources["backward"], lengths, alpha, reverse=True)
+        if "left_incl" in d_sources:
+            d_forward = d_sources["left_incl"] + fofe.shift_within(d_sources["left_excl"], lengths, 1)
+            d_x = d_x + fofe.prefix_fofe_backward(d_forward, lengths, alpha)
+        if "right_incl" in d_sources:
+            d_backward = d_sources["right_incl"] + fofe.shift_within(d_sources["right_excl"], lengths, -1)
+            d_x = d_x + fofe.prefix_fofe_backward(d_backward, lengths, alpha, reverse=True)
         if char_backprop is not None:
             char_backprop(d_sources)
         return d_x
@@ -310,10 +318,11 @@ def _char_sources(model, docs):
     return dict(zip(names, codes)), backprop, (token_starts, token_ends)
 
 
-def _project_sources(model, sources, lengths):
-    """Project every source once by its blocks of W and sum what is read at the same place.
+def _project(model, sources, begin: int, end: int):
+    """Rows begin..end of every source times its block of W, summed by where they are read.
 
-    Returns {place: (N, nH)} and the backprop from {place: gradient} to {source: gradient}.
+    Returns {place: (end - begin, nH)} and the backprop from {place: gradient} to
+    {source: gradient} (the training pass projects all rows, so begin is 0 there).
     """
     ops = model.ops
     W = model.get_param("W")
@@ -322,59 +331,19 @@ def _project_sources(model, sources, lengths):
     for block, width in widths.items():
         columns[block] = slice(offset, offset + width)
         offset += width
-    nH = W.shape[0]
-    # source -> its blocks; one product per source with those blocks' rows of W stacked.
-    by_source: Dict[str, List[str]] = {}
-    for block in widths:
-        if block in BLOCKS:
-            by_source.setdefault(BLOCKS[block][0], []).append(block)
     placed: Dict[str, Floats2d] = {}
-
-    def add(place, value):
-        placed[place] = placed[place] + value if place in placed else value
-
-    projections = {}
-    for source, blocks in by_source.items():
-        W_source = ops.xp.concatenate([W[:, columns[b]] for b in blocks], axis=0)
-        projections[source] = ops.gemm(sources[source], W_source, trans2=True)
-        for k, block in enumerate(blocks):
-            _, shift, place = BLOCKS[block]
-            part = projections[source][:, k * nH:(k + 1) * nH]
-            add(place, fofe.shift_within(part, lengths, shift) if shift else part)
-    # Character codes: the code at one boundary minus alpha^L times the code at the other,
-    # all through one block of W; the four boundary arrays are stacked into one product.
-    char_pairs = {"lr": ("lr_end", "lr_before"), "rl": ("rl_start", "rl_after")}
-    char_places = {"lr_end": "end", "lr_before": "start_decayed", "rl_start": "start", "rl_after": "end_decayed"}
-    for block, names in char_pairs.items():
-        if block in widths:
-            stacked = ops.xp.concatenate([sources[name] for name in names], axis=0)
-            projected = ops.gemm(stacked, W[:, columns[block]], trans2=True)
-            n_rows = sources[names[0]].shape[0]
-            add(char_places[names[0]], projected[:n_rows])
-            add(char_places[names[1]], projected[n_rows:])
+    for name, array in sources.items():
+        block, place = SOURCES[name]
+        projected = ops.gemm(array[begin:end], W[:, columns[block]], trans2=True)
+        placed[place] = placed[place] + projected if place in placed else projected
 
     def backprop(d_placed):
         d_W = ops.alloc2f(*W.shape)
         d_sources = {}
-        for source, blocks in by_source.items():
-            parts = []
-            for block in blocks:
-                _, shift, place = BLOCKS[block]
-                parts.append(fofe.shift_within(d_placed[place], lengths, -shift) if shift else d_placed[place])
-            d_projection = ops.xp.concatenate(parts, axis=1)
-            W_source = ops.xp.concatenate([W[:, columns[b]] for b in blocks], axis=0)
-            d_W_source = ops.gemm(d_projection, sources[source], trans1=True)
-            for k, block in enumerate(blocks):
-                d_W[:, columns[block]] += d_W_source[k * nH:(k + 1) * nH]
-            d_sources[source] = ops.gemm(d_projection, W_source)
-        for block, names in char_pairs.items():
-            if block in widths:
-                stacked = ops.xp.concatenate([sources[name] for name in names], axis=0)
-                d_projected = ops.xp.concatenate([d_placed[char_places[name]] for name in names], axis=0)
-                d_W[:, columns[block]] += ops.gemm(d_projected, stacked, trans1=True)
-                d_stacked = ops.gemm(d_projected, W[:, columns[block]])
-                n_rows = sources[names[0]].shape[0]
-                d_sources[names[0]], d_sources[names[1]] = d_stacked[:n_rows], d_stacked[n_rows:]
+        for name, array in sources.items():
+            block, place = SOURCES[name]
+            d_W[:, columns[block]] += ops.gemm(d_placed[place], array, trans1=True)
+            d_sources[name] = ops.gemm(d_placed[place], W[:, columns[block]])
         model.inc_grad("W", d_W)
         return d_sources
 
