@@ -337,7 +337,8 @@ class FOFENER(TrainablePipe):
         if label not in self._warned_labels:
             self._warned_labels.add(label)
             warnings.warn(f"[{self.name}] gold label {label!r} is not among the component's labels "
-                          f"{list(self.labels)}; its spans are left out of training (neither entity nor NONE).")
+                          f"{list(self.labels)}; its spans are left out of training (neither entity nor NONE).",
+                          stacklevel=2)
 
     def initialize(
         self,
@@ -439,7 +440,7 @@ class GoldStats:
             seen[key] = span.label_
         # Containers before their contents: by start, then longest first.
         bounds = sorted(seen, key=lambda b: (b[0], -b[1]))
-        for i, (s1, e1) in enumerate(bounds):
+        for i, (_, e1) in enumerate(bounds):
             for s2, e2 in bounds[i + 1:]:
                 if s2 >= e1:
                     break
@@ -453,7 +454,7 @@ class GoldStats:
             per_label = ", ".join(f"{label}: {n}" for label, n in sorted(self.too_long.items()))
             warnings.warn(f"[{name}] {sum(self.too_long.values())} gold spans are longer than max_length="
                           f"{self.max_length} tokens and can never be predicted ({per_label}). "
-                          "Raise max_length to cover them.")
+                          "Raise max_length to cover them.", stacklevel=2)
         notes = [
             (self.crossing, "pairs of gold spans cross each other (overlap without nesting); both are "
                             "trained, but decoding keeps at most one of each pair"),
@@ -463,7 +464,7 @@ class GoldStats:
         ]
         for count, what in notes:
             if count:
-                warnings.warn(f"[{name}] {count} {what}.")
+                warnings.warn(f"[{name}] {count} {what}.", stacklevel=2)
 
 
 def _score_weights_follow_key(nlp: Language, name: str, key: str) -> None:

@@ -103,7 +103,7 @@ def grid_at_end(y: Floats2d, n: int, begin: int, end: int) -> Floats3d:
     """Cell (t, l) holds y[t + l]: a feature read at the fragment's last row (zeros past the end)."""
     xp = get_array_module(y)
     rows = _window(y, n, begin, end)
-    return xp.stack([rows[l: l + end - begin] for l in range(n)], axis=1)
+    return xp.stack([rows[k: k + end - begin] for k in range(n)], axis=1)
 
 
 def grid_mean(y: Floats2d, n: int, begin: int, end: int) -> Floats3d:
@@ -116,9 +116,9 @@ def grid_mean(y: Floats2d, n: int, begin: int, end: int) -> Floats3d:
     rows = _window(y, n, begin, end)
     out = xp.empty((end - begin, n, y.shape[1]), dtype=y.dtype)
     running = xp.zeros((end - begin, y.shape[1]), dtype=y.dtype)
-    for l in range(n):
-        running += rows[l: l + end - begin]
-        out[:, l] = running / (l + 1)
+    for k in range(n):
+        running += rows[k: k + end - begin]
+        out[:, k] = running / (k + 1)
     return out
 
 
@@ -130,8 +130,8 @@ def grid_at_end_backward(d_grid: Floats3d, n_rows: int) -> Floats2d:
     xp = get_array_module(d_grid)
     n = d_grid.shape[1]
     d_padded = xp.zeros((n_rows + n, d_grid.shape[2]), dtype=d_grid.dtype)
-    for l in range(n):
-        d_padded[l : n_rows + l] += d_grid[:, l]
+    for k in range(n):
+        d_padded[k: n_rows + k] += d_grid[:, k]
     return d_padded[:n_rows]
 
 

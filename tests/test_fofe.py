@@ -54,15 +54,15 @@ def test_fragment_grids_match_naive_context_codes(x):
     for seq in split(x, LENGTHS):
         for i in range(len(seq)):
             for j in range(i, min(i + N, len(seq))):
-                t, l = offset + i, j - i
-                numpy.testing.assert_allclose(left_incl[t, l], naive_prefix(seq[: j + 1], alpha)[-1], atol=1e-5)
+                t, k = offset + i, j - i
+                numpy.testing.assert_allclose(left_incl[t, k], naive_prefix(seq[: j + 1], alpha)[-1], atol=1e-5)
                 expect = naive_prefix(seq[:i], alpha)[-1] if i else numpy.zeros(4)
-                numpy.testing.assert_allclose(left_excl[t, l], expect, atol=1e-5)
-                numpy.testing.assert_allclose(right_incl[t, l], naive_prefix(seq[i:][::-1], alpha)[-1], atol=1e-5)
+                numpy.testing.assert_allclose(left_excl[t, k], expect, atol=1e-5)
+                numpy.testing.assert_allclose(right_incl[t, k], naive_prefix(seq[i:][::-1], alpha)[-1], atol=1e-5)
                 rest = seq[j + 1:]
                 expect = naive_prefix(rest[::-1], alpha)[-1] if len(rest) else numpy.zeros(4)
-                numpy.testing.assert_allclose(right_excl[t, l], expect, atol=1e-5)
-                numpy.testing.assert_allclose(bow[t, l], seq[i: j + 1].mean(axis=0), atol=1e-5)
+                numpy.testing.assert_allclose(right_excl[t, k], expect, atol=1e-5)
+                numpy.testing.assert_allclose(bow[t, k], seq[i: j + 1].mean(axis=0), atol=1e-5)
         offset += len(seq)
 
 

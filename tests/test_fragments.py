@@ -2,8 +2,15 @@
 
 import numpy
 
-from spacy_fofe.fragments import (DISJOINT, EXACT, IGNORED, OVERLAP, enumerate_fragments, fragment_targets,
-                                  sample_fragments)
+from spacy_fofe.fragments import (
+    DISJOINT,
+    EXACT,
+    IGNORED,
+    OVERLAP,
+    enumerate_fragments,
+    fragment_targets,
+    sample_fragments,
+)
 
 
 def test_enumerate_fragments_lists_every_span_up_to_n_once():

@@ -56,7 +56,7 @@ def by_fragments(src, W, cells, n, d_out):
     d_feats = numpy.zeros_like(feats)
     d_feats[cells] = d_picked
     d_feats = d_feats.reshape((N, n, -1))
-    for k, (name, place) in enumerate(PLACES.items()):
+    for k, place in enumerate(PLACES.values()):
         fofe.GRID_OPS[place][1](d_feats[:, :, k * d:(k + 1) * d], N)
     return out
 
@@ -82,7 +82,7 @@ def main():
     N = int(lengths.sum())
     x = rng.normal(size=(N, args.width)).astype("float32")
     src = sources(x, lengths)
-    valid = numpy.asarray([t * args.n + l for t in range(N) for l in range(args.n) if t % 14 + l < 14])
+    valid = numpy.asarray([t * args.n + k for t in range(N) for k in range(args.n) if t % 14 + k < 14])
     print(f"{N} tokens, width {args.width}, n={args.n}; seconds per batch, forward + backward")
     print("hidden  scored      positions  fragments  fragments/positions")
     for hidden in [int(h) for h in args.hidden.split(",")]:
@@ -93,8 +93,8 @@ def main():
             a = by_positions(src, W, cells, args.n, d_out)
             b = by_fragments(src, W, cells, args.n, d_out)
             assert numpy.allclose(a, b, atol=1e-3), "the two ways disagree"
-            t_pos = best_time(lambda: by_positions(src, W, cells, args.n, d_out))
-            t_frag = best_time(lambda: by_fragments(src, W, cells, args.n, d_out))
+            t_pos = best_time(lambda W=W, c=cells, d=d_out: by_positions(src, W, c, args.n, d))
+            t_frag = best_time(lambda W=W, c=cells, d=d_out: by_fragments(src, W, c, args.n, d))
             print(f"{hidden:6d}  {name:10s}  {t_pos:9.4f}  {t_frag:9.4f}  {t_frag / t_pos:6.2f}x")
 
 
