@@ -7,7 +7,7 @@ import warnings
 import numpy
 import pytest
 import spacy
-from spacy.tokens import Span
+from spacy.tokens import Doc, Span
 from spacy.training import Example
 
 NESTED = [
@@ -286,3 +286,30 @@ def test_a_damaged_model_file_is_a_clear_error(trained, tmp_path, damage):
         spacy.load(tmp_path / "pipeline")
     with pytest.raises(ValueError, match="cannot read the component from bytes"):
         spacy.blank("en").add_pipe("fofe_ner").from_bytes(b"\x93\x01")
+
+
+def test_reference_with_other_tokenization_trains_and_counts_spans_that_do_not_align():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("fofe_ner", config={"model": SMALL_MODEL})
+    words = ["Ann", "Lee", "visited", "New", "Yo", "rk", "-", "based", "Acme", "."]
+    spaces = [True, True, True, True, False, False, False, True, False, False]
+    reference = Doc(nlp.vocab, words=words, spaces=spaces)
+    # PER aligns; "New Yo" ends inside the predicted token "York" and cannot align.
+    reference.spans["sc"] = [Span(reference, 0, 2, "PER"), Span(reference, 3, 5, "LOC")]
+    predicted_doc = nlp.make_doc(reference.text)
+    assert len(predicted_doc) != len(reference)
+    example = Example(predicted_doc, reference)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        optimizer = nlp.initialize(lambda: [example])
+    assert any("1 gold spans do not align" in str(w.message) for w in caught)
+    losses = {}
+    for _ in range(5):
+        nlp.update([example], sgd=optimizer, losses=losses)
+    assert numpy.isfinite(losses["fofe_ner"])
+
+
+def test_evaluating_a_label_seen_only_in_dev_scores_it_as_missed(trained):
+    scores = trained.evaluate(make_examples(trained, [("Ann Lee saw Mars .", [(0, 2, "PER"), (3, 4, "PLANET")])]))
+    assert scores["spans_sc_per_type"]["PLANET"]["r"] == 0.0
+    assert scores["spans_sc_r"] == 0.5
