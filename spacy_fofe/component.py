@@ -157,7 +157,8 @@ class FOFENER(TrainablePipe):
             "ents": ents,
         }
         validate_settings(self.cfg, name)
-        self._rng = numpy.random.default_rng()
+        # NumPy's global generator: spaCy's fix_random_seed ([system] seed) seeds it.
+        self._rng = numpy.random
         self._warned_labels: set = set()
 
     @property

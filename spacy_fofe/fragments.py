@@ -60,9 +60,12 @@ def fragment_targets(
 
 
 def sample_fragments(
-    kinds: numpy.ndarray, overlap_rate: float, disjoint_rate: float, rng: numpy.random.Generator
+    kinds: numpy.ndarray, overlap_rate: float, disjoint_rate: float, rng
 ) -> numpy.ndarray:
-    """Indices of the fragments to train on: every gold one, and NONE ones at the given rates."""
+    """Indices of the fragments to train on: every gold one, and NONE ones at the given rates.
+
+    `rng` is anything with a `random(size)` method (a numpy Generator or numpy.random).
+    """
     draw = rng.random(len(kinds))
     keep = (kinds == EXACT) | ((kinds == OVERLAP) & (draw < overlap_rate)) | (
         (kinds == DISJOINT) & (draw < disjoint_rate)

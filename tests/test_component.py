@@ -313,3 +313,18 @@ def test_evaluating_a_label_seen_only_in_dev_scores_it_as_missed(trained):
     scores = trained.evaluate(make_examples(trained, [("Ann Lee saw Mars .", [(0, 2, "PER"), (3, 4, "PLANET")])]))
     assert scores["spans_sc_per_type"]["PLANET"]["r"] == 0.0
     assert scores["spans_sc_r"] == 0.5
+
+
+def test_training_is_repeatable_with_a_fixed_seed():
+    def run():
+        spacy.util.fix_random_seed(7)
+        nlp = spacy.blank("en")
+        nlp.add_pipe("fofe_ner", config={"model": SMALL_MODEL})
+        examples = make_examples(nlp, NESTED)
+        optimizer = nlp.initialize(lambda: examples)
+        losses = {}
+        for _ in range(3):
+            nlp.update(examples, sgd=optimizer, losses=losses)
+        return losses["fofe_ner"]
+
+    assert run() == run()
