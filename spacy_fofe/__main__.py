@@ -20,7 +20,8 @@ def main(argv=None) -> int:
                       help="comma-separated tag columns, outer level first (e.g. 2,3 for GermEval)")
     conv.add_argument("--scheme", choices=["iob1", "iob2"], default="iob2",
                       help="iob1 (CoNLL-2003) or iob2/BIO; in iob2 an I- that starts a span is counted as invalid")
-    conv.add_argument("--separator", default=None, help="column separator (default: any whitespace)")
+    conv.add_argument("--separator", default=None,
+                      help="column separator: 'tab', or any string (default: any whitespace)")
     conv.add_argument("--spans-key", default="sc")
     conv.add_argument("--no-ents", action="store_true", help="do not also write the outer level to doc.ents")
     conv.add_argument("--max-length", type=int, default=7, help="n, to report how many gold spans are longer")
@@ -41,7 +42,7 @@ def main(argv=None) -> int:
             records = converters.read_jsonl(args.input)
         else:
             columns = [int(c) for c in args.tag_columns.split(",")]
-            separator = "\t" if args.separator == "\\t" else args.separator
+            separator = "\t" if args.separator in ("tab", "\\t") else args.separator
             records = converters.read_columns(args.input, args.token_column, columns, args.scheme, separator)
         report = converters.convert(records, args.output, args.spans_key, not args.no_ents, args.max_length)
         print(f"{args.input} -> {args.output}\n{report.summary()}")
