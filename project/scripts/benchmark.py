@@ -27,11 +27,14 @@ EMBED = {"width": 128, "attrs": ["NORM", "LOWER", "PREFIX", "SUFFIX", "SHAPE"], 
 
 
 def fofe_config(args, vectors: bool):
-    name = "demo.cfg" if args.small else ("germeval_cpu.cfg" if args.nested else "conll_cpu.cfg")
+    """Our config for the corpus; with vectors, the fine-tuned vectors one (TunedVectors)."""
+    if vectors:
+        name = "conll_cpu_tuned_vectors.cfg"
+    else:
+        name = "demo.cfg" if args.small else ("germeval_cpu.cfg" if args.nested else "conll_cpu.cfg")
     config = load_config(ROOT / "configs" / name)
     config["nlp"]["lang"] = args.lang
     config["components"]["fofe_ner"]["max_length"] = args.max_length
-    config["components"]["fofe_ner"]["model"]["tok2vec"]["include_static_vectors"] = vectors
     return config
 
 
