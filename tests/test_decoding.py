@@ -76,3 +76,26 @@ def test_tuning_finds_thresholds_that_raise_f1_on_a_constructed_case():
     assert before < 0.67 and after == 1.0
     assert 0.3 < tuned["label_thresholds"].get("A", tuned["threshold"]) <= 0.4
     assert 0.6 < tuned["label_thresholds"].get("B", tuned["threshold"]) <= 0.9
+
+
+def test_tuning_scores_spans_in_reference_tokens_like_spacy_evaluate():
+    import spacy
+    from spacy.tokens import Doc, Span
+    from spacy.training import Example
+
+    from spacy_fofe.scoring import score_fofe_ner
+    from spacy_fofe.tune import reference_map, span_f1
+
+    nlp = spacy.blank("en")
+    reference = Doc(nlp.vocab, words=["Chester-le-Street", "beat", "Ann"])
+    reference.spans["sc"] = [Span(reference, 0, 1, "LOC"), Span(reference, 2, 3, "PER")]
+    predicted = nlp.make_doc(reference.text)  # Chester - le - Street beat Ann
+    assert len(predicted) == 7
+    cands = [[Candidate(4, 5, "LOC", 0.9), Candidate(6, 7, "PER", 0.9)]]
+    predicted.spans["sc"] = [Span(predicted, 4, 5, "LOC"), Span(predicted, 6, 7, "PER")]
+    eg = Example(predicted, reference)
+    gold = [{(0, 1, "LOC"), (2, 3, "PER")}]
+    expected = score_fofe_ner([eg], spans_key="sc", ents="off")["spans_sc_f"]
+    # "Street" lies inside the reference token "Chester-le-Street": spaCy drops it (neither
+    # right nor wrong), so P = 1/1 and R = 1/2.
+    assert span_f1(cands, gold, [HF], [reference_map(eg, cands[0])]) == pytest.approx(expected) == pytest.approx(2 / 3)

@@ -90,8 +90,7 @@ def train(args, name, config, vectors):
 def measure(model: str, test: str, result: str, gpu_id: int) -> None:
     """Child process: scores and words/sec of one pipeline on the test set."""
     import spacy
-    from spacy.tokens import DocBin
-    from spacy.training import Example
+    from spacy.training import Corpus
 
     from spacy_fofe.scoring import score_fofe_ner
 
@@ -99,12 +98,15 @@ def measure(model: str, test: str, result: str, gpu_id: int) -> None:
     if gpu_id >= 0 and spacy.prefer_gpu(gpu_id):
         device = f"gpu {gpu_id}"
     nlp = spacy.load(model)
-    gold = list(DocBin().from_disk(test).get_docs(nlp.vocab))
-    texts = [doc.text for doc in gold]
-    words = sum(len(doc) for doc in gold)
-    predicted = list(nlp.pipe(texts, batch_size=1000))  # also the warm-up
+    # Scored on spaCy's own reader's examples (what `spacy evaluate` does); timed on raw texts.
+    examples = list(Corpus(test)(nlp))
+    texts = [eg.reference.text for eg in examples]
+    words = sum(len(eg.reference) for eg in examples)
+    for eg, doc in zip(examples, nlp.pipe([eg.predicted for eg in examples], batch_size=1000)):
+        eg.predicted = doc
+    list(nlp.pipe(texts, batch_size=1000))  # warm-up
     best = min(_timed(lambda: list(nlp.pipe(texts, batch_size=1000))) for _ in range(3))
-    scores = score_fofe_ner([Example(p, g) for p, g in zip(predicted, gold)], spans_key="sc", ents="off")
+    scores = score_fofe_ner(examples, spans_key="sc", ents="off")
     keep = {k: v for k, v in scores.items() if isinstance(v, (int, float)) or k.endswith("per_type")}
     Path(result).write_text(json.dumps({"words_per_second": round(words / best), "device": device, **keep}))
 
