@@ -125,6 +125,7 @@ def main() -> None:
     parser.add_argument("--nested", action="store_true")
     parser.add_argument("--systems", default="fofe_ner,ner,spancat")
     parser.add_argument("--vectors", default=None, help="spaCy vectors folder; adds a with-vectors run of each")
+    parser.add_argument("--vector-systems", default=None, help="systems to run with vectors (default: all)")
     parser.add_argument("--max-steps", type=int, default=3000)
     parser.add_argument("--max-length", type=int, default=7)
     parser.add_argument("--gpu-id", type=int, default=-1)
@@ -140,7 +141,9 @@ def main() -> None:
     settings = [False] + ([True] if args.vectors else [])
     if args.vectors and not Path(args.vectors).exists():
         raise SystemExit(f"vectors {args.vectors} not found: run `spacy project run vectors` first")
-    runs = [(s, v) for v in settings for s in args.systems.split(",") if not (s == "ner" and args.nested)]
+    with_vectors = (args.vector_systems or args.systems).split(",")
+    runs = [(s, v) for v in settings for s in args.systems.split(",")
+            if not (s == "ner" and args.nested) and (not v or s in with_vectors)]
     rows = []
     for system, vectors in tqdm(runs, desc="benchmark", unit="system"):
         name = system + ("-vectors" if vectors else "")
