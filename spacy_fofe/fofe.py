@@ -171,26 +171,25 @@ def char_boundary_codes(
     zero = xp.zeros((1, char_vectors.shape[1]), dtype=char_vectors.dtype)
     lr = xp.concatenate([lr, zero])
     rl = xp.concatenate([rl, zero])
-    sentinel = char_vectors.shape[0]
-    before, after, last = _char_boundary_indices(from_start, to_end, token_starts, token_ends, sentinel)
-    first = xp.where(token_ends > token_starts, token_starts, sentinel)
+    first, last, before, after = _char_boundary_indices(
+        from_start, to_end, token_starts, token_ends, char_vectors.shape[0])
     return lr[last], lr[before], rl[first], rl[after]
 
 
 def _char_boundary_indices(from_start, to_end, token_starts, token_ends, sentinel):
-    """Indices of each token's last character, the one before its first and the one after
-    its last; `sentinel` (a zero row) where that character is outside the token's text."""
+    """Indices of each token's first and last character, the one before its first and the
+    one after its last; `sentinel` (a zero row) where that character is outside the text."""
     xp = get_array_module(token_starts)
     n_chars = from_start.shape[0]
     if n_chars == 0:
         nowhere = xp.full(token_starts.shape, sentinel, dtype=token_starts.dtype)
-        return nowhere, nowhere, nowhere
+        return nowhere, nowhere, nowhere, nowhere
     nonempty = token_ends > token_starts
     first = xp.clip(token_starts, 0, n_chars - 1)
     last = xp.clip(token_ends - 1, 0, n_chars - 1)
     before = xp.where(nonempty & (from_start[first] >= 1), first - 1, sentinel)
     after = xp.where(nonempty & (to_end[last] >= 1), last + 1, sentinel)
-    return before, after, xp.where(nonempty, last, sentinel)
+    return xp.where(nonempty, first, sentinel), xp.where(nonempty, last, sentinel), before, after
 
 
 def char_boundary_codes_backward(
@@ -205,14 +204,13 @@ def char_boundary_codes_backward(
     xp = get_array_module(d_codes[0])
     width = d_codes[0].shape[1]
     from_start, to_end = segment_positions(xp.asarray(char_lengths))
-    before, after, last = _char_boundary_indices(from_start, to_end, token_starts, token_ends, n_chars)
+    first, last, before, after = _char_boundary_indices(from_start, to_end, token_starts, token_ends, n_chars)
     d_lr = xp.zeros((n_chars + 1, width), dtype=d_codes[0].dtype)
     d_rl = xp.zeros((n_chars + 1, width), dtype=d_codes[0].dtype)
     # Real indices are distinct within each gather; only the sentinel row repeats,
     # and its gradient is thrown away, so plain fancy-index addition is exact.
     d_lr[last] += d_codes[0]
     d_lr[before] += d_codes[1]
-    first = xp.where(token_ends > token_starts, token_starts, n_chars)
     d_rl[first] += d_codes[2]
     d_rl[after] += d_codes[3]
     d_chars = prefix_fofe_backward(d_lr[:n_chars], char_lengths, alpha)

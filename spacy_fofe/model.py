@@ -115,9 +115,8 @@ def init(model: Model[InT, Floats2d], X: Optional[InT] = None, Y=None) -> None:
         raise ValueError("fofe_ner model: the number of outputs (labels + 1) must be set before initialize")
     model.get_ref("output").set_dim("nO", model.get_dim("nO"))
     model.get_ref("scorer").initialize()
-    nH, nI, nC = model.get_dim("nH"), model.get_dim("nI"), model.get_dim("nC")
-    widths = _block_widths(model.attrs["groups"], nI, nC)
-    n_in = sum(widths.values())
+    nH, nC = model.get_dim("nH"), model.get_dim("nC")
+    n_in = max(column.stop for column in _columns(model).values())
     model.set_param("W", glorot_uniform_init(model.ops, (nH, n_in)))
     model.set_param("b", model.ops.alloc1f(nH))
     if nC:
@@ -137,8 +136,16 @@ def _infer_width(tok2vec: Model, docs: Optional[List[Doc]]) -> int:
                      "dimension or initialize with sample docs")
 
 
-def _block_widths(groups: List[str], nI: int, nC: int) -> Dict[str, int]:
-    return {block: (nC if block in ("lr", "rl") else nI) for g in groups for block in FEATURE_GROUPS[g]}
+def _columns(model: Model) -> Dict[str, slice]:
+    """The columns of W each block of the switched-on feature groups occupies, in order."""
+    nI, nC = model.get_dim("nI"), model.get_dim("nC")
+    columns, offset = {}, 0
+    for group in model.attrs["groups"]:
+        for block in FEATURE_GROUPS[group]:
+            width = nC if block in ("lr", "rl") else nI
+            columns[block] = slice(offset, offset + width)
+            offset += width
+    return columns
 
 
 def forward(model: Model[InT, Floats2d], inputs: InT, is_train: bool):
@@ -170,7 +177,7 @@ def forward(model: Model[InT, Floats2d], inputs: InT, is_train: bool):
         if placed is None:
             placed, _ = _project(model, sources, begin, min(end + n - 1, n_tokens))
         grid = ops.alloc3f(end - begin, n, model.get_dim("nH"))
-        for place, grid_op in (("start", fofe.grid_at_start), ("end", fofe.grid_at_end), ("mean", fofe.grid_mean)):
+        for place, (grid_op, _) in fofe.GRID_OPS.items():
             if place in placed:
                 grid += grid_op(placed[place], n, 0, end - begin)
         if char_offsets is not None:
@@ -204,8 +211,7 @@ def forward(model: Model[InT, Floats2d], inputs: InT, is_train: bool):
         d_grid[cells_dev] = d_pre  # cells are distinct: plain assignment, no scatter-add
         d_grid = d_grid.reshape((n_tokens, n, nH))
         d_placed = {}
-        for place, grid_backward in (("start", fofe.grid_at_start_backward), ("end", fofe.grid_at_end_backward),
-                                     ("mean", fofe.grid_mean_backward)):
+        for place, (_, grid_backward) in fofe.GRID_OPS.items():
             if place in placed:
                 d_placed[place] = grid_backward(d_grid, n_tokens)
         if char_offsets is not None:
@@ -326,11 +332,7 @@ def _project(model, sources, begin: int, end: int):
     """
     ops = model.ops
     W = model.get_param("W")
-    widths = _block_widths(model.attrs["groups"], model.get_dim("nI"), model.get_dim("nC"))
-    columns, offset = {}, 0
-    for block, width in widths.items():
-        columns[block] = slice(offset, offset + width)
-        offset += width
+    columns = _columns(model)
     placed: Dict[str, Floats2d] = {}
     for name, array in sources.items():
         block, place = SOURCES[name]
