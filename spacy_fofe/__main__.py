@@ -31,12 +31,14 @@ def main(argv=None) -> int:
     tune.add_argument("dev", type=Path, help="dev .spacy file")
     tune.add_argument("output", type=Path, help="where to save the tuned pipeline")
     tune.add_argument("--component", default="fofe_ner")
+    tune.add_argument("--objective", choices=["span", "strict"], default="span",
+                      help="maximise span F1 over all levels, or GermEval's strict level-aware F1")
 
     args = parser.parse_args(argv)
     if args.command == "tune":
         from .tune import tune_pipeline
 
-        tune_pipeline(args.model, args.dev, args.output, args.component)
+        tune_pipeline(args.model, args.dev, args.output, args.component, objective=args.objective)
     if args.command == "convert":
         if args.format == "jsonl":
             records = converters.read_jsonl(args.input)

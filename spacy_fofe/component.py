@@ -109,8 +109,9 @@ class FOFENER(TrainablePipe):
     decoding: "highest-first" or "longest-first" for the outer level.
     nested: decode inside kept spans too; None decides at initialize (True when the
         training data has nested spans).
-    nested_decoding, nested_threshold, max_depth: how inner levels are decoded (the
-        threshold defaults to `threshold`), and how many levels at most.
+    nested_decoding, nested_threshold, max_depth: how inner levels are decoded, and how
+        many levels at most. nested_threshold applies to every label of the inner levels;
+        None means the outer thresholds (threshold and label_thresholds).
     overlap_rate, disjoint_rate: fractions of NONE fragments trained on per batch, among
         those sharing tokens with a gold span and those that do not.
     ents: "overwrite" doc.ents with the outer level, "keep" entities already there and add

@@ -103,10 +103,17 @@ def _decode_level(candidates, levels, depth, found):
 
 
 def levels_from(cfg: Dict) -> List[Level]:
-    """The levels described by a fofe_ner cfg: the outer one, then max_depth - 1 inner ones."""
+    """The levels described by a fofe_ner cfg: the outer one, then max_depth - 1 inner ones.
+
+    Inner levels use nested_threshold for every label; with nested_threshold None they use
+    the outer thresholds (threshold and label_thresholds). Inner spans score lower than
+    outer ones, so per-label thresholds tuned on the outer level would starve them.
+    """
     outer = Level(cfg["decoding"], cfg["threshold"], cfg["label_thresholds"])
     if not cfg["nested"]:
         return [outer]
-    inner_threshold = cfg["threshold"] if cfg["nested_threshold"] is None else cfg["nested_threshold"]
-    inner = Level(cfg["nested_decoding"], inner_threshold, cfg["label_thresholds"])
+    if cfg["nested_threshold"] is None:
+        inner = Level(cfg["nested_decoding"], cfg["threshold"], cfg["label_thresholds"])
+    else:
+        inner = Level(cfg["nested_decoding"], cfg["nested_threshold"])
     return [outer] + [inner] * (cfg["max_depth"] - 1)

@@ -12,10 +12,11 @@ from spacy.tokens import Span
 from spacy.training import Corpus, Example
 
 from .decoding import ALGORITHMS, Candidate, Level, decode, levels_from
-from .scoring import gold_spans
+from .scoring import gold_spans, span_levels
 
 GRID = [round(0.05 * i, 2) for i in range(2, 20)]  # 0.10 .. 0.95
-Gold = Set[Tuple[int, int, str]]
+OBJECTIVES = ("span", "strict")
+Gold = Set[tuple]  # (start, end, label); with strict=True (level, start, end, label), level 0 = outer
 
 
 def reference_map(eg: Example, candidates: List[Candidate]) -> Dict[Tuple[int, int], Optional[Tuple[int, int]]]:
@@ -35,18 +36,21 @@ def reference_map(eg: Example, candidates: List[Candidate]) -> Dict[Tuple[int, i
 
 
 def span_f1(candidates: Sequence[List[Candidate]], gold: Sequence[Gold], levels: List[Level],
-            maps: Optional[Sequence[Dict]] = None) -> float:
+            maps: Optional[Sequence[Dict]] = None, strict: bool = False) -> float:
     """Span F1 over all levels of decoding `candidates` with `levels`, against `gold`.
 
     With `maps` (from `reference_map`), predictions are first put in the reference tokens,
-    where gold is: the figure `spacy evaluate` reports.
+    where gold is: the figure `spacy evaluate` reports. With `strict`, a span counts only on
+    its own level (outer, or inner for depth >= 1): GermEval 2014's strict combined F1,
+    spans_{key}_strict_f; `gold` then holds (level, start, end, label).
     """
     tp = n_pred = n_gold = 0
     for i, (cands, doc_gold) in enumerate(zip(candidates, gold)):
-        pred = {(c.start, c.end, c.label) for c, _ in decode(cands, levels)}
+        pred = {(min(depth, 1) if strict else 0, c.start, c.end, c.label) for c, depth in decode(cands, levels)}
         if maps is not None:
-            mapped = {(maps[i][(s, e)], label) for s, e, label in pred}
-            pred = {(ref[0], ref[1], label) for ref, label in mapped if ref is not None}
+            mapped = {(level, maps[i][(s, e)], label) for level, s, e, label in pred}
+            pred = {(level, ref[0], ref[1], label) for level, ref, label in mapped if ref is not None}
+        pred = pred if strict else {p[1:] for p in pred}
         tp += len(pred & doc_gold)
         n_pred += len(pred)
         n_gold += len(doc_gold)
@@ -54,39 +58,52 @@ def span_f1(candidates: Sequence[List[Candidate]], gold: Sequence[Gold], levels:
 
 
 def tune_decoding(candidates: Sequence[List[Candidate]], gold: Sequence[Gold], cfg: Dict,
-                  labels: Sequence[str], maps=None) -> Tuple[Dict, float, float]:
-    """Coordinate search over the decoding settings of `cfg`; returns (new cfg, F1 before, F1 after)."""
-    cfg = {**cfg, "label_thresholds": dict(cfg["label_thresholds"])}
-    before = best = span_f1(candidates, gold, levels_from(cfg), maps)
+                  labels: Sequence[str], maps=None, strict: bool = False) -> Tuple[Dict, float, float]:
+    """Coordinate search over the decoding settings of `cfg`; returns (new cfg, F1 before, F1 after).
 
-    def try_values(key, values, label=None):
+    The F1 is `span_f1`'s, strict (level-aware) or not.
+    """
+    cfg = {**cfg, "label_thresholds": dict(cfg["label_thresholds"])}
+    before = best = span_f1(candidates, gold, levels_from(cfg), maps, strict)
+    if cfg["nested"] and cfg["nested_threshold"] is None and not cfg["label_thresholds"]:
+        cfg["nested_threshold"] = cfg["threshold"]  # same decoding; inner thresholds now tune apart
+
+    def try_settings(settings, label=None):
+        """Keep the best of `settings` (dicts of cfg values, or thresholds of `label`)."""
         nonlocal best
-        for value in values:
+        for setting in settings:
             trial = {**cfg, "label_thresholds": dict(cfg["label_thresholds"])}
             if label is None:
-                trial[key] = value
+                trial.update(setting)
             else:
-                trial["label_thresholds"][label] = value
-            score = span_f1(candidates, gold, levels_from(trial), maps)
+                trial["label_thresholds"][label] = setting
+            score = span_f1(candidates, gold, levels_from(trial), maps, strict)
             if score > best:
                 best = score
                 cfg.clear()
                 cfg.update(trial)
 
-    try_values("decoding", list(ALGORITHMS))
+    # Algorithm and threshold together: the best algorithm at 0.5 is not the best at 0.85.
+    try_settings([{"decoding": a, "threshold": t} for a in ALGORITHMS for t in GRID])
     if cfg["nested"]:
-        try_values("nested_decoding", list(ALGORITHMS))
-    try_values("threshold", GRID)
-    if cfg["nested"]:
-        try_values("nested_threshold", GRID)
+        try_settings([{"nested_decoding": a, "nested_threshold": t} for a in ALGORITHMS for t in GRID])
     for _ in range(2):  # two passes: each label's best depends a little on the others
         for label in labels:
-            try_values("label_thresholds", GRID, label=label)
+            try_settings(GRID, label=label)
     return cfg, before, best
 
 
-def tune_pipeline(model: Path, dev: Path, output: Path, component: str = "fofe_ner", batch_size: int = 256) -> None:
-    """Load a pipeline, tune its fofe_ner decoding on a dev .spacy file, save it to `output`."""
+def tune_pipeline(model: Path, dev: Path, output: Path, component: str = "fofe_ner", batch_size: int = 256,
+                  objective: str = "span") -> None:
+    """Load a pipeline, tune its fofe_ner decoding on a dev .spacy file, save it to `output`.
+
+    objective "span" maximises span F1 over all levels (spans_{key}_f); "strict" maximises
+    the level-aware GermEval figure (spans_{key}_strict_f), which also rewards getting the
+    inner level right.
+    """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"Unknown tuning objective {objective!r}; choose one of {', '.join(OBJECTIVES)}.")
+    strict = objective == "strict"
     nlp = spacy.load(model)
     ner = nlp.get_pipe(component)
     # spaCy's own reader, so examples (and their tokenization) are those `spacy evaluate` uses.
@@ -107,11 +124,16 @@ def tune_pipeline(model: Path, dev: Path, output: Path, component: str = "fofe_n
         batch_candidates = ner.candidates(len(docs), fragments, scores, [lowest])
         candidates.extend(batch_candidates)
         maps.extend(reference_map(eg, cands) for eg, cands in zip(batch, batch_candidates))
-        gold.extend({(s.start, s.end, s.label_) for s in gold_spans(eg.reference, ner.key)} for eg in batch)
+        if strict:
+            gold.extend({(level, *span) for level, spans in enumerate(span_levels(eg.reference, ner.key, False))
+                         for span in spans} for eg in batch)
+        else:
+            gold.extend({(s.start, s.end, s.label_) for s in gold_spans(eg.reference, ner.key)} for eg in batch)
         print(f"  {min(i + batch_size, len(examples))}/{len(examples)}", flush=True)
-    new_cfg, before, after = tune_decoding(candidates, gold, ner.cfg, ner.labels, maps)
+    new_cfg, before, after = tune_decoding(candidates, gold, ner.cfg, ner.labels, maps, strict)
     keys = ["decoding", "nested_decoding", "threshold", "nested_threshold", "label_thresholds"]
-    print(f"dev span F1 (as spacy evaluate scores it) before: {100 * before:.2f}  after: {100 * after:.2f}")
+    name = "strict level-aware F1" if strict else "span F1"
+    print(f"dev {name} (as spacy evaluate scores it) before: {100 * before:.2f}  after: {100 * after:.2f}")
     for key in keys:
         if ner.cfg[key] != new_cfg[key]:
             print(f"  {key}: {ner.cfg[key]} -> {new_cfg[key]}")

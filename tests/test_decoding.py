@@ -78,6 +78,47 @@ def test_tuning_finds_thresholds_that_raise_f1_on_a_constructed_case():
     assert 0.6 < tuned["label_thresholds"].get("B", tuned["threshold"]) <= 0.9
 
 
+NESTED_CFG = {"decoding": "highest-first", "threshold": 0.5, "label_thresholds": {}, "nested": True,
+              "nested_decoding": "highest-first", "nested_threshold": None, "max_depth": 2}
+
+
+def test_nested_threshold_replaces_the_outer_label_thresholds_on_inner_levels():
+    from spacy_fofe.decoding import levels_from
+
+    cands = [Candidate(0, 4, "ORG", 0.9), Candidate(2, 4, "LOC", 0.6)]
+    cfg = {**NESTED_CFG, "label_thresholds": {"LOC": 0.8}}
+    # nested_threshold None: the inner level inherits LOC's 0.8, so LOC (0.6) is dropped.
+    assert spans(decode(cands, levels_from(cfg))) == [(0, 4, "ORG", 0)]
+    cfg["nested_threshold"] = 0.55
+    assert spans(decode(cands, levels_from(cfg))) == [(0, 4, "ORG", 0), (2, 4, "LOC", 1)]
+    cfg["nested_threshold"] = 0.65
+    assert spans(decode(cands, levels_from(cfg))) == [(0, 4, "ORG", 0)]
+
+
+def test_strict_f1_counts_a_span_only_on_its_own_level():
+    from spacy_fofe.tune import span_f1
+
+    cands = [[Candidate(2, 4, "LOC", 0.9)]]
+    # Gold LOC(2, 4) is an inner span (of an ORG the model missed); predicted at the outer level.
+    assert span_f1(cands, [{(2, 4, "LOC")}], [HF]) == 1.0
+    assert span_f1(cands, [{(1, 2, 4, "LOC")}], [HF], strict=True) == 0.0
+    assert span_f1(cands, [{(0, 2, 4, "LOC")}], [HF], strict=True) == 1.0
+
+
+def test_strict_tuning_recovers_a_low_scoring_inner_level():
+    from spacy_fofe.decoding import levels_from
+    from spacy_fofe.tune import span_f1, tune_decoding
+
+    # Inner LOCs score 0.35 (true) and 0.25 (false, inside the same ORG): 0.5 drops both.
+    candidates = [[Candidate(0, 4, "ORG", 0.9), Candidate(2, 4, "LOC", 0.35), Candidate(0, 1, "LOC", 0.25)]
+                  for _ in range(5)]
+    gold = [{(0, 0, 4, "ORG"), (1, 2, 4, "LOC")} for _ in range(5)]
+    tuned, before, after = tune_decoding(candidates, gold, dict(NESTED_CFG), ["ORG", "LOC"], strict=True)
+    assert before == pytest.approx(2 / 3) and after == 1.0
+    assert 0.25 < tuned["nested_threshold"] <= 0.35
+    assert span_f1(candidates, gold, levels_from(tuned), strict=True) == 1.0
+
+
 def test_tuning_scores_spans_in_reference_tokens_like_spacy_evaluate():
     import spacy
     from spacy.tokens import Doc, Span
@@ -99,3 +140,10 @@ def test_tuning_scores_spans_in_reference_tokens_like_spacy_evaluate():
     # "Street" lies inside the reference token "Chester-le-Street": spaCy drops it (neither
     # right nor wrong), so P = 1/1 and R = 1/2.
     assert span_f1(cands, gold, [HF], [reference_map(eg, cands[0])]) == pytest.approx(expected) == pytest.approx(2 / 3)
+
+
+def test_unknown_tuning_objective_is_rejected_before_loading(tmp_path):
+    from spacy_fofe.tune import tune_pipeline
+
+    with pytest.raises(ValueError, match="Unknown tuning objective 'outer'"):
+        tune_pipeline(tmp_path / "no-model", tmp_path / "dev.spacy", tmp_path / "out", objective="outer")
