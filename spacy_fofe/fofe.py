@@ -29,11 +29,17 @@ def segment_positions(lengths: Ints1d) -> Tuple[Ints1d, Ints1d]:
     return from_start, to_end
 
 
+NEGLIGIBLE = 1e-9
+
+
 def prefix_fofe(x: Floats2d, lengths: Ints1d, alpha: float, reverse: bool = False) -> Floats2d:
     """FOFE prefix codes z_t = alpha * z_{t-1} + x_t of every sequence (right-to-left if reverse).
 
     A segmented Hillis-Steele scan: log2(longest sequence) whole-array steps, so there is
-    no Python loop over rows and it runs unchanged on GPU.
+    no Python loop over rows and it runs unchanged on GPU. It stops once the rows not yet
+    added weigh less than NEGLIGIBLE in all (alpha**k / (1 - alpha) for the nearest, k rows
+    back): below float32 precision, and it bounds the steps on very long docs (5 steps at
+    alpha 0.5, 7 at 0.8). Forward and backward stop at the same step, so they stay adjoint.
     """
     xp = get_array_module(x)
     z = x.copy()
@@ -43,7 +49,7 @@ def prefix_fofe(x: Floats2d, lengths: Ints1d, alpha: float, reverse: bool = Fals
     dist = to_end if reverse else from_start
     longest = int(xp.asarray(lengths).max())
     step, decay = 1, float(alpha)
-    while step < longest:
+    while step < longest and decay / (1.0 - alpha) >= NEGLIGIBLE:
         if reverse:
             mask = (dist[:-step] >= step).astype(z.dtype)[:, None]
             z[:-step] += (decay * z[step:]) * mask

@@ -246,7 +246,9 @@ def _predict_in_chunks(model, grid_rows, cells, n, n_tokens, b) -> Floats2d:
         if lo == hi:
             continue
         grid = grid_rows(begin, end).reshape((-1, model.get_dim("nH")))
-        hidden = ops.relu(grid[ops.asarray(sorted_cells[lo:hi] - begin * n)] + b)
+        hidden = grid[ops.asarray(sorted_cells[lo:hi] - begin * n)]  # a copy: add and clip in place
+        hidden += b
+        hidden = ops.relu(hidden, inplace=True)
         scores[ops.asarray(order[lo:hi])] = scorer.predict(hidden)
     return scores
 

@@ -35,6 +35,18 @@ def test_prefix_fofe_matches_recurrence_per_sequence(x, alpha):
         numpy.testing.assert_allclose(b, naive_prefix(seq[::-1], alpha)[::-1], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("alpha", [0.5, 0.8, 0.99])
+def test_prefix_fofe_on_long_sequences_drops_only_negligible_terms(alpha):
+    # 0.5 and 0.8 stop scanning long before 700 rows (weights below NEGLIGIBLE); 0.99 does not.
+    lengths = numpy.asarray([700, 3, 300])
+    x = numpy.random.default_rng(1).normal(size=(int(lengths.sum()), 3)).astype("float32")
+    for reverse in (False, True):
+        codes = fofe.prefix_fofe(x, lengths, alpha, reverse)
+        for seq, z in zip(split(x.astype("float64"), lengths), split(codes, lengths)):
+            expect = naive_prefix(seq[::-1], alpha)[::-1] if reverse else naive_prefix(seq, alpha)
+            numpy.testing.assert_allclose(z, expect, rtol=1e-4, atol=1e-4)
+
+
 def test_prefix_fofe_of_nothing_is_empty():
     empty = numpy.zeros((0, 3), dtype="float32")
     assert fofe.prefix_fofe(empty, numpy.asarray([0, 0]), 0.5).shape == (0, 3)
