@@ -57,11 +57,17 @@ def span_f1(candidates: Sequence[List[Candidate]], gold: Sequence[Gold], levels:
     return 2 * tp / (n_pred + n_gold) if n_pred + n_gold else 0.0
 
 
+MIN_GAIN = 0.0005  # 0.05 F1 points: smaller gains on dev are noise (a rare label's one span)
+
+
 def tune_decoding(candidates: Sequence[List[Candidate]], gold: Sequence[Gold], cfg: Dict,
-                  labels: Sequence[str], maps=None, strict: bool = False) -> Tuple[Dict, float, float]:
+                  labels: Sequence[str], maps=None, strict: bool = False,
+                  min_gain: float = MIN_GAIN) -> Tuple[Dict, float, float]:
     """Coordinate search over the decoding settings of `cfg`; returns (new cfg, F1 before, F1 after).
 
-    The F1 is `span_f1`'s, strict (level-aware) or not.
+    The F1 is `span_f1`'s, strict (level-aware) or not. A per-label threshold is changed
+    only when it raises dev F1 by min_gain: otherwise rare labels get thresholds fitted to
+    a handful of dev spans, which lose F1 on test.
     """
     cfg = {**cfg, "label_thresholds": dict(cfg["label_thresholds"])}
     before = best = span_f1(candidates, gold, levels_from(cfg), maps, strict)
@@ -71,6 +77,7 @@ def tune_decoding(candidates: Sequence[List[Candidate]], gold: Sequence[Gold], c
     def try_settings(settings, label=None):
         """Keep the best of `settings` (dicts of cfg values, or thresholds of `label`)."""
         nonlocal best
+        floor = best + (min_gain if label is not None else 0.0)
         for setting in settings:
             trial = {**cfg, "label_thresholds": dict(cfg["label_thresholds"])}
             if label is None:
@@ -78,7 +85,7 @@ def tune_decoding(candidates: Sequence[List[Candidate]], gold: Sequence[Gold], c
             else:
                 trial["label_thresholds"][label] = setting
             score = span_f1(candidates, gold, levels_from(trial), maps, strict)
-            if score > best:
+            if score > max(best, floor):
                 best = score
                 cfg.clear()
                 cfg.update(trial)
