@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 from . import convert as converters
+from .tune import OBJECTIVES
 
 
 def main(argv=None) -> int:
@@ -31,7 +32,7 @@ def main(argv=None) -> int:
     tune.add_argument("dev", type=Path, help="dev .spacy file")
     tune.add_argument("output", type=Path, help="where to save the tuned pipeline")
     tune.add_argument("--component", default="fofe_ner")
-    tune.add_argument("--objective", choices=["span", "strict"], default="span",
+    tune.add_argument("--objective", choices=list(OBJECTIVES), default="span",
                       help="maximise span F1 over all levels, or GermEval's strict level-aware F1")
 
     args = parser.parse_args(argv)

@@ -147,3 +147,22 @@ def test_unknown_tuning_objective_is_rejected_before_loading(tmp_path):
 
     with pytest.raises(ValueError, match="Unknown tuning objective 'outer'"):
         tune_pipeline(tmp_path / "no-model", tmp_path / "dev.spacy", tmp_path / "out", objective="outer")
+
+
+def test_tuning_leaves_a_label_threshold_alone_when_the_gain_is_tiny():
+    from spacy_fofe.tune import tune_decoding
+
+    # 1200 docs with a sure A; one true B at 0.45; ten false A at 0.46 (so a lower global
+    # threshold loses). Lowering B's threshold finds one more span: +0.04 F1 points.
+    candidates = [[Candidate(0, 1, "A", 0.9)] for _ in range(1200)]
+    candidates[0].append(Candidate(2, 3, "B", 0.45))
+    for i in range(1, 11):
+        candidates[i].append(Candidate(4, 5, "A", 0.46))
+    gold = [{(0, 1, "A")} for _ in range(1200)]
+    gold[0].add((2, 3, "B"))
+    cfg = {"decoding": "highest-first", "threshold": 0.5, "label_thresholds": {}, "nested": False,
+           "nested_decoding": "highest-first", "nested_threshold": None, "max_depth": 2}
+    tuned, before, after = tune_decoding(candidates, gold, dict(cfg), ["A", "B"])
+    assert tuned["label_thresholds"] == {} and after == before
+    tuned, before, after = tune_decoding(candidates, gold, dict(cfg), ["A", "B"], min_gain=0.0)
+    assert tuned["label_thresholds"]["B"] <= 0.45 and after == 1.0
