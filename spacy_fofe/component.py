@@ -331,7 +331,7 @@ class FOFENER(TrainablePipe):
 
     def _aligned_gold(self, eg: Example) -> List[Span]:
         spans = gold_spans(eg.reference, self.key)
-        if _same_tokens(eg.predicted, eg.reference):
+        if same_tokens(eg.predicted, eg.reference):
             return list(spans)  # alignment is the identity; skip its per-token work
         return eg.get_aligned_spans_y2x(spans, allow_overlap=True)
 
@@ -385,7 +385,8 @@ class FOFENER(TrainablePipe):
             )
 
 
-def _same_tokens(a: Doc, b: Doc) -> bool:
+def same_tokens(a: Doc, b: Doc) -> bool:
+    """Whether two docs have the same tokens at the same offsets (alignment is the identity)."""
     # Arrays, not doc.text: building the text walks every token in Python.
     attrs = ["ORTH", "IDX"]
     return len(a) == len(b) and bool((a.to_array(attrs) == b.to_array(attrs)).all())

@@ -11,6 +11,7 @@ import spacy
 from spacy.tokens import Span
 from spacy.training import Corpus, Example
 
+from .component import same_tokens
 from .decoding import ALGORITHMS, Candidate, Level, decode, levels_from
 from .scoring import gold_spans, span_levels
 
@@ -27,6 +28,8 @@ def reference_map(eg: Example, candidates: List[Candidate]) -> Dict[Tuple[int, i
     counts neither as right nor as wrong.
     """
     bounds = sorted({(c.start, c.end) for c in candidates})
+    if same_tokens(eg.predicted, eg.reference):
+        return {bound: bound for bound in bounds}  # the usual case: alignment is the identity
     spans = [Span(eg.predicted, start, end) for start, end in bounds]
     mapped: Dict[Tuple[int, int], Optional[Tuple[int, int]]] = {}
     for bound, span in zip(bounds, spans):
@@ -46,11 +49,11 @@ def span_f1(candidates: Sequence[List[Candidate]], gold: Sequence[Gold], levels:
     """
     tp = n_pred = n_gold = 0
     for i, (cands, doc_gold) in enumerate(zip(candidates, gold)):
-        pred = {(min(depth, 1) if strict else 0, c.start, c.end, c.label) for c, depth in decode(cands, levels)}
-        if maps is not None:
-            mapped = {(level, maps[i][(s, e)], label) for level, s, e, label in pred}
-            pred = {(level, ref[0], ref[1], label) for level, ref, label in mapped if ref is not None}
-        pred = pred if strict else {p[1:] for p in pred}
+        pred = set()
+        for c, depth in decode(cands, levels):
+            bounds = (c.start, c.end) if maps is None else maps[i][(c.start, c.end)]
+            if bounds is not None:
+                pred.add((min(depth, 1), *bounds, c.label) if strict else (*bounds, c.label))
         tp += len(pred & doc_gold)
         n_pred += len(pred)
         n_gold += len(doc_gold)
