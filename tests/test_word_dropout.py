@@ -1,0 +1,72 @@
+"""spacy_fofe.WordDropoutHashEmbed.v1: word identity dropped in training only, affixes and shape kept."""
+
+import numpy
+import pytest
+import spacy
+from spacy.util import registry
+
+from spacy_fofe.word_dropout import UNKNOWN_ID, WordDropoutHashEmbed, word_dropout_layer
+
+ATTRS = ["NORM", "PREFIX", "SUFFIX", "LOWER", "SHAPE"]
+
+
+def features(n_tokens, n_columns=5):
+    return numpy.arange(1, n_tokens * n_columns + 1, dtype="uint64").reshape(n_tokens, n_columns)
+
+
+def test_training_drops_whole_tokens_in_the_word_columns_only():
+    layer = word_dropout_layer([0, 3], rate=0.3)
+    spacy.util.fix_random_seed(0)
+    original = [features(2000), features(0)]
+    dropped, backprop = layer.begin_update(original)
+    doc = dropped[0]
+    hit = doc[:, 0] == UNKNOWN_ID
+    assert 0.25 < hit.mean() < 0.35
+    numpy.testing.assert_array_equal(hit, doc[:, 3] == UNKNOWN_ID)  # a dropped token loses NORM and LOWER together
+    numpy.testing.assert_array_equal(doc[:, [1, 2, 4]], original[0][:, [1, 2, 4]])
+    numpy.testing.assert_array_equal(doc[~hit], original[0][~hit])
+    assert dropped[1].shape == (0, 5)
+    assert original[0].min() > 0  # the input was not changed in place
+    assert backprop(["gradient"]) == ["gradient"]
+
+
+def test_prediction_keeps_every_word():
+    original = [features(50)]
+    assert word_dropout_layer([0], rate=0.9).predict(original)[0] is original[0]
+
+
+def test_registered_embed_differs_from_prediction_only_in_training_and_round_trips():
+    make = registry.architectures.get("spacy_fofe.WordDropoutHashEmbed.v1")
+    nlp = spacy.blank("de")
+    docs = [nlp("Die Stadt Marrowdale liegt am Fluss ."), nlp("")]
+    embed = make(width=16, attrs=ATTRS, rows=[100, 50, 50, 100, 50], include_static_vectors=False, word_dropout=0.5)
+    embed.initialize(X=docs)
+    spacy.util.fix_random_seed(0)
+    trained_view, _ = embed.begin_update(docs)
+    predicted = embed.predict(docs)
+    changed = numpy.abs(trained_view[0] - predicted[0]).sum(axis=1) > 0
+    assert 0 < changed.sum() < len(docs[0])
+    assert predicted[1].shape == (0, 16)
+    numpy.testing.assert_array_equal(embed.predict(docs)[0], predicted[0])
+    copy = make(width=16, attrs=ATTRS, rows=[100, 50, 50, 100, 50], include_static_vectors=False)
+    copy.from_bytes(embed.to_bytes())
+    numpy.testing.assert_array_equal(copy.predict(docs)[0], predicted[0])
+
+
+def test_static_vectors_variant_also_gets_the_dropout_layer():
+    embed = WordDropoutHashEmbed(width=8, attrs=["NORM", "SHAPE"], rows=[50, 50], include_static_vectors=True)
+    assert [node.name for node in embed.walk()].count("word_dropout") == 1
+
+
+@pytest.mark.parametrize(
+    "attrs, rate, message",
+    [
+        (["PREFIX", "SHAPE"], 0.2, "none of"),
+        (["NORM"], 1.0, r"in \[0, 1\)"),
+        (["NORM", "COLOUR"], 0.2, "unknown token"),
+    ],
+)
+def test_bad_settings_are_clear_errors(attrs, rate, message):
+    with pytest.raises(ValueError, match=message):
+        WordDropoutHashEmbed(width=8, attrs=attrs, rows=[10] * len(attrs), include_static_vectors=False,
+                             word_dropout=rate)
