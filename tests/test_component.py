@@ -328,3 +328,23 @@ def test_training_is_repeatable_with_a_fixed_seed():
         return losses["fofe_ner"]
 
     assert run() == run()
+
+
+def test_trains_with_word_dropout_and_saves_the_words_it_knows(tmp_path):
+    spacy.util.fix_random_seed(0)
+    nlp = spacy.blank("en")
+    tok2vec = {"@architectures": "spacy_fofe.WordDropoutHashEmbed.v1", "width": 32, "rows": [500, 200, 200, 200],
+               "attrs": ["NORM", "PREFIX", "SUFFIX", "SHAPE"], "include_static_vectors": False, "word_dropout": 0.2}
+    config = {"model": {**SMALL_MODEL, "tok2vec": tok2vec}, "overlap_rate": 1.0, "disjoint_rate": 1.0,
+              "decoding": "longest-first"}
+    nlp.add_pipe("fofe_ner", config=config)
+    train(nlp, make_examples(nlp, NESTED), steps=300)
+    for text, spans in NESTED:
+        assert predicted(nlp(text)) == sorted(spans), text
+    nlp.to_disk(tmp_path / "word_dropout")
+    reloaded = spacy.load(tmp_path / "word_dropout")
+    # Words never seen in training ("Quillmere", "Zed") are read as the unknown word by both copies.
+    texts = [t for t, _ in NESTED] + ["Zed lives in Quillmere ."]
+    assert [predicted(reloaded(t)) for t in texts] == [predicted(nlp(t)) for t in texts]
+    layer = next(node for node in reloaded.get_pipe("fofe_ner").model.walk() if node.name == "word_dropout")
+    assert nlp.vocab.strings["toronto"] in layer.attrs["known"] and nlp.vocab.strings["zed"] not in layer.attrs["known"]

@@ -1,4 +1,5 @@
-"""spacy_fofe.WordDropoutHashEmbed.v1: word identity dropped in training only, affixes and shape kept."""
+"""spacy_fofe.WordDropoutHashEmbed.v1: word identity dropped at random in training and for unseen words at
+inference, affixes and shape kept."""
 
 import numpy
 import pytest
@@ -28,9 +29,28 @@ def test_training_drops_whole_tokens_in_the_word_columns_only():
     assert dropped[1].shape == (0, 5)
     assert original[0].min() > 0  # the input was not changed in place
     assert backprop(["gradient"]) == ["gradient"]
+    # every id of the word columns, dropped or not, is now known; the other columns' ids are not
+    numpy.testing.assert_array_equal(layer.attrs["known"], numpy.sort(original[0][:, [0, 3]].ravel()))
 
 
-def test_prediction_keeps_every_word():
+def test_prediction_maps_words_unseen_in_training_to_the_unknown_id():
+    layer = word_dropout_layer([0, 3], rate=0.5)
+    layer.initialize()
+    seen = features(4)
+    layer.begin_update([seen])
+    new = seen.copy()
+    new[1, 0] = new[2, 3] = 999  # token 1's NORM and token 2's LOWER were never seen
+    new[1, 1] = 998  # an unseen prefix stays
+    predicted = layer.predict([new, features(0)])
+    expected = new.copy()
+    expected[1, 0] = expected[2, 3] = UNKNOWN_ID
+    numpy.testing.assert_array_equal(predicted[0], expected)
+    assert predicted[1].shape == (0, 5)
+    layer.initialize()  # a new model forgets what it saw
+    assert layer.attrs["known"].size == 0
+
+
+def test_an_untrained_layer_keeps_every_word():
     original = [features(50)]
     assert word_dropout_layer([0], rate=0.9).predict(original)[0] is original[0]
 
@@ -51,6 +71,11 @@ def test_registered_embed_differs_from_prediction_only_in_training_and_round_tri
     copy = make(width=16, attrs=ATTRS, rows=[100, 50, 50, 100, 50], include_static_vectors=False)
     copy.from_bytes(embed.to_bytes())
     numpy.testing.assert_array_equal(copy.predict(docs)[0], predicted[0])
+    unseen = [nlp("Die Stadt Quillmere liegt am Fluss .")]
+    numpy.testing.assert_array_equal(copy.predict(unseen)[0], embed.predict(unseen)[0])
+    known = [node for node in copy.walk() if node.name == "word_dropout"][0].attrs["known"]
+    numpy.testing.assert_array_equal(known, numpy.unique(docs[0].to_array(["NORM", "LOWER"])))
+
 
 
 def test_static_vectors_variant_also_gets_the_dropout_layer():
