@@ -22,9 +22,8 @@ from pathlib import Path
 from spacy.util import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
-# The peers' embedding: spaCy's MultiHashEmbed with our attributes and sizes. germeval_cpu.cfg gives
-# fofe_ner width 256; the peers keep 128: at 256 spancat's CNN ran 2.8x slower on GermEval with no
-# F1 gain (test 66.34 vs 66.51), so 128 is the stronger peer.
+# The embedding all systems share: spaCy's MultiHashEmbed with our attributes and sizes (fofe_ner's
+# configs add word dropout). Width 256 made spancat 2.8x slower on GermEval with no F1 gain.
 EMBED = {"width": 128, "attrs": ["NORM", "LOWER", "PREFIX", "SUFFIX", "SHAPE"], "rows": [5000, 5000, 1000, 2500, 2500]}
 
 
