@@ -55,6 +55,13 @@ def test_an_untrained_layer_keeps_every_word():
     assert word_dropout_layer([0], rate=0.9).predict(original)[0] is original[0]
 
 
+def test_rate_zero_is_multihashembed_unchanged_in_training_and_prediction():
+    layer = word_dropout_layer([0], rate=0.0)
+    original = [features(50)]
+    assert layer.begin_update(original)[0][0] is original[0]
+    assert layer.predict([features(60)])[0][55, 0] == features(60)[55, 0]
+
+
 def test_registered_embed_differs_from_prediction_only_in_training_and_round_trips():
     make = registry.architectures.get("spacy_fofe.WordDropoutHashEmbed.v1")
     nlp = spacy.blank("de")
