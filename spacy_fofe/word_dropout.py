@@ -19,7 +19,7 @@ extractor and the hash tables. The known ids are saved with the model (8 bytes a
 from typing import List, Sequence, Union
 
 import numpy
-from spacy.attrs import IDS, intify_attr
+from spacy.attrs import intify_attr
 from spacy.ml.models.tok2vec import MultiHashEmbed
 from spacy.tokens import Doc
 from spacy.util import registry
@@ -27,6 +27,7 @@ from thinc.api import Model, chain
 from thinc.types import Floats2d, Ints2d
 
 WORD_ATTRS = ("ORTH", "NORM", "LOWER")
+WORD_ATTR_IDS = {intify_attr(name) for name in WORD_ATTRS}
 UNKNOWN_ID = 0  # the hash of the empty string: no real token has it, so it is one shared "unknown" row
 
 
@@ -41,11 +42,13 @@ def WordDropoutHashEmbed(
     """spaCy's MultiHashEmbed.v2 whose word-identity attributes are dropped at rate word_dropout in training."""
     if not 0.0 <= word_dropout < 1.0:
         raise ValueError(f"spacy_fofe.WordDropoutHashEmbed.v1: word_dropout must be in [0, 1), got {word_dropout}")
-    names = [_attr_name(attr) for attr in attrs]
-    columns = [i for i, name in enumerate(names) if name in WORD_ATTRS]
+    ids = [intify_attr(attr) for attr in attrs]
+    if None in ids:
+        raise ValueError(f"spacy_fofe.WordDropoutHashEmbed.v1: unknown token attribute {attrs[ids.index(None)]!r}")
+    columns = [i for i, attr_id in enumerate(ids) if attr_id in WORD_ATTR_IDS]
     if not columns:
-        raise ValueError(f"spacy_fofe.WordDropoutHashEmbed.v1: attrs {names} contain none of {list(WORD_ATTRS)}, "
-                         "so there is no word identity to drop")
+        raise ValueError(f"spacy_fofe.WordDropoutHashEmbed.v1: attrs {list(attrs)} contain none of "
+                         f"{list(WORD_ATTRS)}, so there is no word identity to drop")
     model = MultiHashEmbed(width=width, attrs=attrs, rows=rows, include_static_vectors=include_static_vectors)
     _insert_after_extractor(model, word_dropout_layer(columns, word_dropout))
     return model
@@ -64,36 +67,23 @@ def _init(model: Model, X=None, Y=None) -> None:
 
 
 def _forward(model: Model, features: List[Ints2d], is_train: bool):
-    columns = model.attrs["columns"]
-    no_words = not any(len(doc_features) for doc_features in features)
-    if no_words or model.attrs["rate"] == 0.0 or (not is_train and model.attrs["known"].size == 0):
+    columns, rate, known = model.attrs["columns"], model.attrs["rate"], model.attrs["known"]
+    lengths = [len(doc_features) for doc_features in features]
+    if sum(lengths) == 0 or rate == 0.0 or (not is_train and known.size == 0):
         # nothing to do; or MultiHashEmbed unchanged; or a layer that never trained (an old model)
         return features, lambda d_features: d_features
-    words = numpy.concatenate([model.ops.to_numpy(doc_features[:, columns]).ravel() for doc_features in features])
+    xp = model.ops.xp
+    flat = xp.concatenate(features)  # a copy: the extractor's arrays stay as they were
+    words = model.ops.to_numpy(flat[:, columns])
     if is_train:
-        model.attrs["known"] = numpy.union1d(model.attrs["known"], words.astype("uint64"))
-        unknown = _random_tokens(model, features, model.attrs["rate"])
+        model.attrs["known"] = numpy.union1d(known, words)
+        # whole tokens lose all their word columns together
+        unknown = numpy.random.uniform(size=(len(words), 1)) < rate
     else:
-        unknown = ~numpy.isin(words, model.attrs["known"])
-        unknown = unknown.reshape(-1, len(columns))
-    replaced = []
-    start = 0
-    for doc_features in features:
-        doc_features = doc_features.copy()
-        mask = model.ops.asarray(unknown[start : start + len(doc_features)])
-        start += len(doc_features)
-        for i, column in enumerate(columns):
-            doc_features[mask[:, i], column] = UNKNOWN_ID
-        replaced.append(doc_features)
+        unknown = ~numpy.isin(words, known)
+    flat[:, columns] = xp.where(model.ops.asarray(unknown), UNKNOWN_ID, flat[:, columns])
     # The ids are not differentiable; the extractor's own backprop ignores what it gets.
-    return replaced, lambda d_features: d_features
-
-
-def _random_tokens(model: Model, features: List[Ints2d], rate: float):
-    """(tokens, word columns) mask: whole tokens lose all their word columns together."""
-    n_tokens = sum(len(doc_features) for doc_features in features)
-    tokens = numpy.random.uniform(size=n_tokens) < rate
-    return numpy.repeat(tokens[:, None], len(model.attrs["columns"]), axis=1)
+    return xp.split(flat, numpy.cumsum(lengths)[:-1]), lambda d_features: d_features
 
 
 def _insert_after_extractor(model: Model, layer: Model) -> None:
@@ -105,10 +95,3 @@ def _insert_after_extractor(model: Model, layer: Model) -> None:
                 return
     raise RuntimeError("spacy_fofe.WordDropoutHashEmbed.v1: spaCy's MultiHashEmbed has no extract_features layer; "
                        "this spaCy version is not supported")
-
-
-def _attr_name(attr: Union[str, int]) -> str:
-    attr_id = intify_attr(attr)
-    if attr_id is None:
-        raise ValueError(f"spacy_fofe.WordDropoutHashEmbed.v1: unknown token attribute {attr!r}")
-    return {value: name for name, value in IDS.items()}[attr_id]
