@@ -1,7 +1,9 @@
 """Benchmark fofe_ner against spaCy's ner and spancat on one corpus, on this machine, in one run.
 
 For each system (and each vectors setting) it trains a pipeline (or reuses one already
-trained under OUT/<name>/model-best), then measures on the test split, each in a fresh
+trained under OUT/<name>/model-best), every system with the same --max-steps; fofe_ner's
+decoding is then tuned on dev (`python -m spacy_fofe tune`, into OUT/<name>/model-tuned, also
+reused when present), as the project's own workflows do. It measures on the test split, each in a fresh
 process: P/R/F1 (one scorer for all systems: spans under "sc", all levels, and for nested
 data GermEval's strict level-aware metric), training wall time, inference words/sec
 (nlp.pipe over the test texts, batch size 1000, best of 3 after a warm-up) and peak memory
@@ -88,6 +90,15 @@ def train(args, name, config, vectors):
     return info
 
 
+def tune(args, name) -> Path:
+    """fofe_ner's dev-tuned pipeline (made once); spaCy's components have no such step."""
+    out = Path(args.out) / name
+    if not (out / "model-tuned").exists():
+        subprocess.run([sys.executable, "-m", "spacy_fofe", "tune", str(out / "model-best"),
+                        str(Path(args.corpus) / "dev.spacy"), str(out / "model-tuned")], check=True)
+    return out / "model-tuned"
+
+
 def measure(model: str, test: str, result: str, gpu_id: int) -> None:
     """Child process: scores and words/sec of one pipeline on the test set."""
     import spacy
@@ -151,9 +162,10 @@ def main() -> None:
         tqdm.write(f"== {name}: training (max_steps={args.max_steps})")
         config = fofe_config(args, vectors) if system == "fofe_ner" else spacy_config(args, system, vectors)
         info = train(args, name, config, vectors)
-        tqdm.write(f"== {name}: measuring on test")
+        model = tune(args, name) if system == "fofe_ner" else Path(args.out) / name / "model-best"
+        tqdm.write(f"== {name}: measuring {model.name} on test")
         result = Path(args.out) / name / "measure.json"
-        _, peak = run_measured([sys.executable, __file__, "--measure", str(Path(args.out) / name / "model-best"),
+        _, peak = run_measured([sys.executable, __file__, "--measure", str(model),
                                 str(Path(args.corpus) / "test.spacy"), str(result), "--gpu-id", str(args.gpu_id)])
         rows.append({"system": system, "vectors": vectors, **info, "inference_peak_mb": round(peak),
                      **json.loads(result.read_text())})
