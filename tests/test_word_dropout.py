@@ -84,7 +84,6 @@ def test_registered_embed_differs_from_prediction_only_in_training_and_round_tri
     numpy.testing.assert_array_equal(known, numpy.unique(docs[0].to_array(["NORM", "LOWER"])))
 
 
-
 def test_static_vectors_variant_also_gets_the_dropout_layer():
     embed = WordDropoutHashEmbed(width=8, attrs=["NORM", "SHAPE"], rows=[50, 50], include_static_vectors=True)
     assert [node.name for node in embed.walk()].count("word_dropout") == 1
