@@ -1,0 +1,84 @@
+"""The same model on GPU (cupy) and CPU (numpy): same codes, same scores, and it trains there.
+
+Skipped where thinc finds no CUDA GPU (CI has none); on a GPU machine run `pytest tests/test_gpu.py`.
+"""
+
+import numpy
+import pytest
+import spacy
+from test_component import NESTED, SMALL_MODEL, make_examples, predicted, train
+from thinc.api import NumpyOps, get_current_ops, require_cpu, require_gpu
+from thinc.util import has_cupy_gpu
+
+from spacy_fofe.fofe import GRID_OPS, char_boundary_codes, char_decay, prefix_fofe, prefix_fofe_backward
+
+pytestmark = pytest.mark.skipif(not has_cupy_gpu, reason="needs a CUDA GPU and cupy")
+
+
+@pytest.fixture
+def gpu_ops():
+    """Select the GPU for the test and give the CPU back afterwards, so other tests stay on numpy."""
+    require_gpu(0)
+    yield get_current_ops()
+    require_cpu()
+
+
+def assert_same(gpu_array, cpu_array):
+    assert type(gpu_array).__module__.startswith("cupy")
+    numpy.testing.assert_allclose(gpu_array.get(), cpu_array, rtol=1e-5, atol=1e-6)
+
+
+def test_fofe_operations_on_gpu_equal_numpy(gpu_ops):
+    rng = numpy.random.default_rng(0)
+    lengths = numpy.asarray([5, 1, 12, 0, 3], dtype="int64")
+    x = rng.normal(size=(int(lengths.sum()), 4)).astype("float32")
+    x_gpu, lengths_gpu = gpu_ops.asarray(x), gpu_ops.asarray(lengths)
+    for reverse in (False, True):
+        assert_same(prefix_fofe(x_gpu, lengths_gpu, 0.7, reverse), prefix_fofe(x, lengths, 0.7, reverse))
+        assert_same(prefix_fofe_backward(x_gpu, lengths_gpu, 0.7, reverse),
+                    prefix_fofe_backward(x, lengths, 0.7, reverse))
+    for forward, backward in GRID_OPS.values():
+        grid = forward(x, 3, 2, 15)
+        assert_same(forward(x_gpu, 3, 2, 15), grid)
+        assert_same(backward(gpu_ops.asarray(grid), 13), backward(grid, 13))
+    chars = rng.normal(size=(20, 3)).astype("float32")
+    char_lengths = numpy.asarray([12, 8], dtype="int64")
+    starts, ends = numpy.asarray([0, 4, 6, 12, 17]), numpy.asarray([3, 5, 11, 16, 20])
+    on_gpu = [gpu_ops.asarray(a) for a in (chars, char_lengths, starts, ends)]
+    for gpu, cpu in zip(char_boundary_codes(*on_gpu, 0.8), char_boundary_codes(chars, char_lengths, starts, ends, 0.8)):
+        assert_same(gpu, cpu)
+    assert_same(char_decay(on_gpu[2], on_gpu[3], 3, 0.8, 1, 5), char_decay(starts, ends, 3, 0.8, 1, 5))
+
+
+def _small_pipeline():
+    spacy.util.fix_random_seed(0)
+    nlp = spacy.blank("en")
+    config = {"model": SMALL_MODEL, "overlap_rate": 1.0, "disjoint_rate": 1.0, "decoding": "longest-first"}
+    nlp.add_pipe("fofe_ner", config=config)
+    return nlp
+
+
+def test_a_cpu_trained_pipeline_loaded_on_gpu_scores_the_same(gpu_ops, tmp_path):
+    require_cpu()
+    cpu_nlp = _small_pipeline()
+    train(cpu_nlp, make_examples(cpu_nlp, NESTED))
+    cpu_nlp.to_disk(tmp_path / "pipeline")
+    texts = [text for text, _ in NESTED]
+    cpu_scores = [cpu_nlp.get_pipe("fofe_ner").predict([cpu_nlp.make_doc(t)])[1] for t in texts]
+    cpu_spans = [predicted(doc) for doc in cpu_nlp.pipe(texts)]
+    require_gpu(0)
+    gpu_nlp = spacy.load(tmp_path / "pipeline")
+    ner = gpu_nlp.get_pipe("fofe_ner")
+    assert not isinstance(ner.model.ops, NumpyOps)
+    for text, expected in zip(texts, cpu_scores):
+        numpy.testing.assert_allclose(ner.predict([gpu_nlp.make_doc(text)])[1], expected, rtol=1e-4, atol=1e-5)
+    assert [predicted(doc) for doc in gpu_nlp.pipe(texts, batch_size=2)] == cpu_spans
+
+
+def test_overfits_a_small_nested_corpus_on_gpu(gpu_ops):
+    nlp = _small_pipeline()
+    ner = nlp.get_pipe("fofe_ner")
+    assert not isinstance(ner.model.ops, NumpyOps)
+    train(nlp, make_examples(nlp, NESTED))
+    for text, spans in NESTED:
+        assert predicted(nlp(text)) == sorted(spans), text
