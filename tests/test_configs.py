@@ -1,0 +1,36 @@
+"""Every config in configs/ builds, initializes and overfits a few docs, as `spacy train` would run it."""
+
+from pathlib import Path
+
+import numpy
+import pytest
+import spacy
+from spacy.util import load_model_from_config
+from test_component import NESTED, make_examples, predicted
+
+CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.cfg"))
+# The outer level of NESTED: what the flat (CoNLL, highest-first) configs are made for.
+FLAT = [(text, [s for s in spans if not any(o != s and o[0] <= s[0] and s[1] <= o[1] for o in spans)])
+        for text, spans in NESTED]
+
+
+def test_the_configs_folder_is_found():
+    assert len(CONFIGS) >= 5
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_config_builds_initializes_and_overfits_a_few_docs(path):
+    nlp = load_model_from_config(spacy.util.load_config(path), auto_fill=True, validate=True)
+    if "vectors" in path.name:
+        # What --paths.vectors would load: a few rows keyed by the lower-case form.
+        nlp.vocab.reset_vectors(width=8)
+        for word in {w.lower() for text, _ in NESTED for w in text.split()}:
+            nlp.vocab.set_vector(word, numpy.random.default_rng(len(word)).normal(size=8).astype("float32"))
+    cfg = nlp.get_pipe("fofe_ner").cfg
+    data = FLAT if cfg["decoding"] == "highest-first" else NESTED
+    spacy.util.fix_random_seed(0)
+    examples = make_examples(nlp, data, key=cfg["spans_key"])
+    optimizer = nlp.initialize(lambda: examples)
+    losses = [nlp.update(examples, sgd=optimizer, losses={})["fofe_ner"] for _ in range(100)]
+    assert losses[-1] < losses[0] / 2, losses
+    assert [predicted(nlp(text), cfg["spans_key"]) for text, _ in data] == [sorted(spans) for _, spans in data]
