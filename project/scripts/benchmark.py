@@ -33,6 +33,8 @@ def fofe_config(args, vectors: bool):
     """Our config for the corpus; with vectors, the fine-tuned vectors one (TunedVectors)."""
     if vectors:
         name = "conll_cpu_tuned_vectors.cfg"
+    elif args.fofe_config:
+        name = args.fofe_config
     else:
         name = "demo.cfg" if args.small else ("germeval_cpu.cfg" if args.nested else "conll_cpu.cfg")
     config = load_config(ROOT / "configs" / name)
@@ -142,6 +144,8 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=7)
     parser.add_argument("--gpu-id", type=int, default=-1)
     parser.add_argument("--small", action="store_true", help="small models (the demo corpus)")
+    parser.add_argument("--fofe-config", default=None, help="fofe_ner's config in configs/ without vectors "
+                        "(default: germeval_cpu.cfg with --nested, else conll_cpu.cfg)")
     parser.add_argument("--measure", nargs=3, metavar=("MODEL", "TEST", "RESULT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
@@ -208,7 +212,7 @@ def write_reports(rows, out: Path, nested: bool) -> None:
         label = r["system"] + (" + vectors" if r["vectors"] else "")
         ax.scatter(r["words_per_second"], 100 * r["spans_sc_f"], s=40)
         ax.annotate(label, (r["words_per_second"], 100 * r["spans_sc_f"]), textcoords="offset points", xytext=(5, 5))
-    ax.set_xlabel("inference words/s (CPU, nlp.pipe)")
+    ax.set_xlabel(f"inference words/s ({rows[0]['device'] if rows else 'cpu'}, nlp.pipe)")
     ax.set_ylabel("test span F1")
     ax.set_title(out.name)
     fig.tight_layout()
