@@ -30,14 +30,15 @@ EMBED = {"width": 128, "attrs": ["NORM", "LOWER", "PREFIX", "SUFFIX", "SHAPE"], 
 
 
 def fofe_config(args, vectors: bool):
-    """Our config for the corpus; with vectors, the fine-tuned vectors one (TunedVectors)."""
+    """Our config for the corpus (or --fofe-config); with vectors, the fine-tuned vectors one (TunedVectors)."""
     if vectors:
-        name = "conll_cpu_tuned_vectors.cfg"
+        path = ROOT / "configs" / "conll_cpu_tuned_vectors.cfg"
     elif args.fofe_config:
-        name = args.fofe_config
+        path = Path(args.fofe_config)
     else:
         name = "demo.cfg" if args.small else ("germeval_cpu.cfg" if args.nested else "conll_cpu.cfg")
-    config = load_config(ROOT / "configs" / name)
+        path = ROOT / "configs" / name
+    config = load_config(path)
     config["nlp"]["lang"] = args.lang
     config["components"]["fofe_ner"]["max_length"] = args.max_length
     return config
@@ -144,8 +145,8 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=7)
     parser.add_argument("--gpu-id", type=int, default=-1)
     parser.add_argument("--small", action="store_true", help="small models (the demo corpus)")
-    parser.add_argument("--fofe-config", default=None, help="fofe_ner's config in configs/ without vectors "
-                        "(default: germeval_cpu.cfg with --nested, else conll_cpu.cfg)")
+    parser.add_argument("--fofe-config", default=None, help="path to fofe_ner's config for the run without vectors "
+                        "(default: configs/germeval_cpu.cfg with --nested, else configs/conll_cpu.cfg)")
     parser.add_argument("--measure", nargs=3, metavar=("MODEL", "TEST", "RESULT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
