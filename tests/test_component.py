@@ -36,19 +36,30 @@ def train(nlp, examples, steps=200):
     return nlp
 
 
-@pytest.fixture(scope="module")
-def trained():
+def small_pipeline():
+    """A blank English pipeline with a small, untrained fofe_ner, the random seed fixed."""
     spacy.util.fix_random_seed(0)
     nlp = spacy.blank("en")
     # Outer level longest-first: highest-first would let a confident inner span (Toronto)
     # block the span that contains it (University of Toronto).
     config = {"model": SMALL_MODEL, "overlap_rate": 1.0, "disjoint_rate": 1.0, "decoding": "longest-first"}
     nlp.add_pipe("fofe_ner", config=config)
+    return nlp
+
+
+@pytest.fixture(scope="module")
+def trained():
+    nlp = small_pipeline()
     return train(nlp, make_examples(nlp, NESTED))
 
 
 def predicted(doc, key="sc"):
     return sorted((s.start, s.end, s.label_) for s in doc.spans[key])
+
+
+def outer_level(spans):
+    """The (start, end, label) spans inside no other span."""
+    return [s for s in spans if not any(o != s and o[0] <= s[0] and s[1] <= o[1] for o in spans)]
 
 
 def test_add_pipe_works_without_importing_the_package():
@@ -62,8 +73,7 @@ def test_overfits_a_small_nested_corpus(trained):
     for text, spans in NESTED:
         doc = trained(text)
         assert predicted(doc) == sorted(spans), text
-        outer = [s for s in spans if not any(o != s and o[0] <= s[0] and s[1] <= o[1] for o in spans)]
-        assert sorted((e.start, e.end, e.label_) for e in doc.ents) == sorted(outer)
+        assert sorted((e.start, e.end, e.label_) for e in doc.ents) == sorted(outer_level(spans))
         assert len(doc.spans["sc"].attrs["scores"]) == len(spans)
 
 

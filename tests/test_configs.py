@@ -6,12 +6,11 @@ import numpy
 import pytest
 import spacy
 from spacy.util import load_model_from_config
-from test_component import NESTED, make_examples, predicted
+from test_component import NESTED, make_examples, outer_level, predicted
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.cfg"))
 # The outer level of NESTED: what the flat (CoNLL, highest-first) configs are made for.
-FLAT = [(text, [s for s in spans if not any(o != s and o[0] <= s[0] and s[1] <= o[1] for o in spans)])
-        for text, spans in NESTED]
+FLAT = [(text, outer_level(spans)) for text, spans in NESTED]
 
 
 def test_the_configs_folder_is_found():

@@ -6,7 +6,7 @@ Skipped where thinc finds no CUDA GPU (CI has none); on a GPU machine run `pytes
 import numpy
 import pytest
 import spacy
-from test_component import NESTED, SMALL_MODEL, make_examples, predicted, train
+from test_component import NESTED, make_examples, predicted, small_pipeline, train
 from thinc.api import NumpyOps, get_current_ops, require_cpu, require_gpu
 from thinc.util import has_cupy_gpu
 
@@ -50,17 +50,9 @@ def test_fofe_operations_on_gpu_equal_numpy(gpu_ops):
     assert_same(char_decay(on_gpu[2], on_gpu[3], 3, 0.8, 1, 5), char_decay(starts, ends, 3, 0.8, 1, 5))
 
 
-def _small_pipeline():
-    spacy.util.fix_random_seed(0)
-    nlp = spacy.blank("en")
-    config = {"model": SMALL_MODEL, "overlap_rate": 1.0, "disjoint_rate": 1.0, "decoding": "longest-first"}
-    nlp.add_pipe("fofe_ner", config=config)
-    return nlp
-
-
 def test_a_cpu_trained_pipeline_loaded_on_gpu_scores_the_same(gpu_ops, tmp_path):
     require_cpu()
-    cpu_nlp = _small_pipeline()
+    cpu_nlp = small_pipeline()
     train(cpu_nlp, make_examples(cpu_nlp, NESTED))
     cpu_nlp.to_disk(tmp_path / "pipeline")
     texts = [text for text, _ in NESTED]
@@ -76,7 +68,7 @@ def test_a_cpu_trained_pipeline_loaded_on_gpu_scores_the_same(gpu_ops, tmp_path)
 
 
 def test_overfits_a_small_nested_corpus_on_gpu(gpu_ops):
-    nlp = _small_pipeline()
+    nlp = small_pipeline()
     ner = nlp.get_pipe("fofe_ner")
     assert not isinstance(ner.model.ops, NumpyOps)
     train(nlp, make_examples(nlp, NESTED))
