@@ -29,22 +29,27 @@ def table_tok2vec(width: int, rows: int) -> Model:
     return Model("table", forward, init=init, dims={"nO": width})
 
 
+def randomize_output(model: Model) -> None:
+    """Softmax starts at zero weights: every score would be uniform and every gradient below it zero."""
+    output = model.get_ref("output")
+    output.set_param("W", numpy.random.default_rng(3).normal(size=output.get_param("W").shape).astype("float32"))
+
+
 @pytest.fixture
 def docs():
     nlp = spacy.blank("en")
     return [nlp("Ann met Bob in Rome ."), nlp("Hi"), nlp("New York , USA")]
 
 
-@pytest.mark.parametrize("groups", [{}, {"char_fofe": False}, {"left_context": False, "bag_of_words": False}])
+@pytest.mark.parametrize("groups", [{}, {"char_fofe": False}, {"left_context": False, "bag_of_words": False},
+                                    {"fragment_length": True}])
 def test_gradients_match_finite_differences(docs, groups, seed=0):
     spacy.util.fix_random_seed(seed)  # W's initialisation reads the global random state
     model = build_fofe_ner_model(table_tok2vec(6, 12), hidden_width=8, depth=2, dropout=0.0, word_alpha=0.6,
                                  char_alpha=0.7, char_width=4, n_char_buckets=64, nO=3, **groups)
     fragments = enumerate_fragments([len(d) for d in docs], 3)
     model.initialize(X=(docs, fragments))
-    # Softmax starts at zero weights, which would zero every gradient below it.
-    output = model.get_ref("output")
-    output.set_param("W", numpy.random.default_rng(3).normal(size=output.get_param("W").shape).astype("float32"))
+    randomize_output(model)
     # Thinc's Softmax backprop takes the gradient with respect to its logits, which for
     # cross-entropy is (probabilities - one-hot) / n: check against that loss.
     targets = numpy.random.default_rng(1).integers(0, 3, size=len(fragments))
@@ -59,7 +64,7 @@ def test_gradients_match_finite_differences(docs, groups, seed=0):
     d_scores[rows, targets] -= 1.0
     backprop(d_scores)
     tok2vec = model.get_ref("tok2vec")
-    checked = [(tok2vec, "T")] + [(model, name) for name in ("W", "b", "E") if model.has_param(name)]
+    checked = [(tok2vec, "T")] + [(model, name) for name in ("W", "b", "E", "L") if model.has_param(name)]
     for owner, name in checked:
         param, grad = owner.get_param(name), owner.get_grad(name)
         assert numpy.abs(grad).max() > 1e-3, f"gradient of {name} is zero: the check would be vacuous"
@@ -80,10 +85,15 @@ def test_gradients_match_finite_differences(docs, groups, seed=0):
         assert len(errors) >= 5 and numpy.mean(numpy.asarray(errors) < 1e-2) >= 0.8, (name, sorted(errors))
 
 
-def test_chunked_prediction_equals_one_chunk(docs):
-    model = build_fofe_ner_model(table_tok2vec(6, 12), hidden_width=8, char_width=4, nO=3)
+@pytest.mark.parametrize("fragment_length", [False, True])
+def test_chunked_prediction_equals_one_chunk(docs, fragment_length):
+    model = build_fofe_ner_model(table_tok2vec(6, 12), hidden_width=8, char_width=4, nO=3,
+                                 fragment_length=fragment_length)
     fragments = enumerate_fragments([len(d) for d in docs], 4)
     model.initialize(X=(docs, fragments))
+    randomize_output(model)
+    if fragment_length:  # L starts at zero: give it values, so a misplaced row would show
+        model.set_param("L", numpy.random.default_rng(2).normal(size=model.get_param("L").shape).astype("float32"))
     whole = model.predict((docs, fragments))
     model.attrs["chunk_cells"] = 1  # one grid row per chunk
     numpy.testing.assert_allclose(model.predict((docs, fragments)), whole, atol=1e-6)
@@ -97,3 +107,17 @@ def test_invalid_architecture_settings_name_the_setting():
     with pytest.raises(ValueError, match="feature group"):
         build_fofe_ner_model(table_tok2vec(4, 4), left_context=False, right_context=False, bag_of_words=False,
                              char_fofe=False)
+
+
+def test_fragment_length_row_reaches_only_fragments_of_that_length(docs):
+    model = build_fofe_ner_model(table_tok2vec(6, 12), hidden_width=8, char_width=4, nO=3, fragment_length=True)
+    fragments = enumerate_fragments([len(d) for d in docs], 4)
+    model.initialize(X=(docs, fragments))
+    randomize_output(model)
+    before = model.predict((docs, fragments))
+    table = model.get_param("L").copy()
+    table[1] = 5.0  # the row of two-token fragments
+    model.set_param("L", table)
+    changed = numpy.abs(model.predict((docs, fragments)) - before).max(axis=1) > 1e-6
+    lengths = fragments[:, 2] - fragments[:, 1]
+    assert changed[lengths == 2].all() and not changed[lengths != 2].any()
