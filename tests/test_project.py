@@ -20,3 +20,19 @@ def test_demo_workflow_runs_end_to_end(tmp_path):
     assert metrics["spans_sc_f"] > 0.9  # the demo corpus is easy: a broken pipeline scores far lower
     assert "spans_sc_strict_f" in metrics
     assert (tmp_path / "project" / "training" / "demo" / "model-tuned" / "fofe_ner" / "cfg").exists()
+
+
+def test_benchmark_peers_get_the_fofe_configs_hash_tables():
+    """A fair benchmark: spancat embeds tokens with the same tables as the fofe_ner config it is compared to."""
+    import argparse
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("benchmark", ROOT / "project" / "scripts" / "benchmark.py")
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    args = argparse.Namespace(fofe_config=str(ROOT / "configs" / "germeval_cpu_cnn.cfg"), small=False, nested=True,
+                              lang="de", max_length=7)
+    fofe_embed = benchmark.fofe_config(args, False)["components"]["fofe_ner"]["model"]["tok2vec"]["embed"]
+    peer_embed = benchmark.spacy_config(args, "spancat", False)["components"]["tok2vec"]["model"]["embed"]
+    assert peer_embed["rows"] == fofe_embed["rows"] != benchmark.EMBED["rows"]
+    assert (peer_embed["attrs"], peer_embed["width"]) == (fofe_embed["attrs"], fofe_embed["width"])

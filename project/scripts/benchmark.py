@@ -24,8 +24,9 @@ from pathlib import Path
 from spacy.util import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
-# The embedding all systems share: spaCy's MultiHashEmbed with our attributes and sizes (fofe_ner's
-# configs add word dropout). Width 256 made spancat 2.8x slower on GermEval with no F1 gain.
+# The embedding spaCy's peers get when fofe_ner's config has no hash embedding to copy (the
+# vectors configs): spaCy's MultiHashEmbed with our attributes and sizes. Width 256 made spancat
+# 2.8x slower on GermEval with no F1 gain.
 EMBED = {"width": 128, "attrs": ["NORM", "LOWER", "PREFIX", "SUFFIX", "SHAPE"], "rows": [5000, 5000, 1000, 2500, 2500]}
 
 
@@ -44,15 +45,26 @@ def fofe_config(args, vectors: bool):
     return config
 
 
+def peer_embedding(args, vectors: bool) -> dict:
+    """The hash tables (width, attrs, rows) of the fofe_ner config under test, so that the peers
+    embed tokens with the same tables (larger tables lift spancat too); EMBED when it has none."""
+    if not vectors:
+        tok2vec = fofe_config(args, vectors)["components"]["fofe_ner"]["model"]["tok2vec"]
+        embed = tok2vec.get("embed", tok2vec)
+        if all(key in embed for key in ("width", "attrs", "rows")):
+            return {key: embed[key] for key in ("width", "attrs", "rows")}
+    return EMBED if not args.small else {**EMBED, "width": 64}
+
+
 def spacy_config(args, pipe: str, vectors: bool):
-    """spaCy's own CPU efficiency config for `pipe`, with our embedding settings."""
+    """spaCy's own CPU efficiency config for `pipe`, with fofe_ner's embedding tables."""
     out = subprocess.run([sys.executable, "-m", "spacy", "init", "config", "-", "--lang", args.lang, "--pipeline", pipe,
                           "--optimize", "efficiency"], capture_output=True, text=True, check=True).stdout
     from thinc.api import Config
 
     config = Config().from_str(out, interpolate=False)
     model = config["components"]["tok2vec"]["model"]
-    settings = EMBED if not args.small else {**EMBED, "width": 64}
+    settings = peer_embedding(args, vectors)
     model["embed"].update(settings)
     model["encode"]["width"] = settings["width"]  # spaCy ties the embedding width to the encoder's
     model["embed"]["include_static_vectors"] = vectors
