@@ -23,8 +23,6 @@ from . import fofe
 
 InT = Tuple[List[Doc], Ints2d]
 
-# Rows of the fragment-length table: lengths 1 .. LENGTH_ROWS - 1, then one row for all longer.
-LENGTH_ROWS = 16
 # Feature groups, in the order of W's column blocks.
 FEATURE_GROUPS = {
     "left_context": ["left_incl", "left_excl"],
@@ -62,7 +60,6 @@ def build_fofe_ner_model(
     right_context: bool = True,
     bag_of_words: bool = True,
     char_fofe: bool = True,
-    fragment_length: bool = False,
     nO: Optional[int] = None,
 ) -> Model[InT, Floats2d]:
     """Build the FOFE fragment scorer over any tok2vec.
@@ -73,8 +70,6 @@ def build_fofe_ner_model(
     char_width, n_char_buckets: character embeddings; a character's row is its Unicode
         code point modulo n_char_buckets (so any text works; rare collisions are shared rows).
     left_context, right_context, bag_of_words, char_fofe: switch feature groups (ablations).
-    fragment_length: add a learned first-layer row per fragment length (1 .. 15, then one
-        row for all longer), which the mean of the bag of words cannot tell.
     """
     groups = [name for name, on in [("left_context", left_context), ("right_context", right_context),
                                     ("bag_of_words", bag_of_words), ("char_fofe", char_fofe)] if on]
@@ -99,7 +94,7 @@ def build_fofe_ner_model(
         dims={"nO": nO, "nI": None, "nH": hidden_width, "nC": char_width if char_fofe else 0},
         attrs={"groups": groups, "word_alpha": word_alpha, "char_alpha": char_alpha,
                "n_char_buckets": n_char_buckets, "dropout_rate": dropout,
-               "chunk_cells": 2**20, "length_rows": LENGTH_ROWS if fragment_length else 0},
+               "chunk_cells": 2**20},
     )
 
 
@@ -124,8 +119,6 @@ def init(model: Model[InT, Floats2d], X: Optional[InT] = None, Y=None) -> None:
     n_in = max(column.stop for column in _columns(model).values())
     model.set_param("W", glorot_uniform_init(model.ops, (nH, n_in)))
     model.set_param("b", model.ops.alloc1f(nH))
-    if model.attrs.get("length_rows", 0):
-        model.set_param("L", model.ops.alloc2f(model.attrs["length_rows"], nH))
     if nC:
         rng = numpy.random.default_rng(0)
         table = rng.uniform(-0.1, 0.1, (model.attrs["n_char_buckets"], nC)).astype("float32")
@@ -178,8 +171,6 @@ def forward(model: Model[InT, Floats2d], inputs: InT, is_train: bool):
     cells = (offsets[fragments[:, 0]] + fragments[:, 1]) * n + (fragments[:, 2] - fragments[:, 1] - 1)
     sources, char_offsets, backprop_sources = _sources(model, docs, x, ops.asarray(lengths))
     b = model.get_param("b")
-    length_rows = model.attrs.get("length_rows", 0)
-    length_index = ops.asarray(numpy.minimum(numpy.arange(n), length_rows - 1)) if length_rows else None
 
     def grid_rows(begin: int, end: int, placed=None):
         """Pre-activations of grid rows begin..end; projects only the rows they read."""
@@ -194,8 +185,6 @@ def forward(model: Model[InT, Floats2d], inputs: InT, is_train: bool):
             decayed = fofe.grid_at_start(placed["start_decayed"], n, 0, end - begin)
             decayed += fofe.grid_at_end(placed["end_decayed"], n, 0, end - begin)
             grid -= decay[:, :, None] * decayed
-        if length_index is not None:
-            grid += model.get_param("L")[length_index][None, :, :]
         return grid
 
     if not is_train:
@@ -221,10 +210,6 @@ def forward(model: Model[InT, Floats2d], inputs: InT, is_train: bool):
         d_grid = ops.alloc2f(n_tokens * n, nH)
         d_grid[cells_dev] = d_pre  # cells are distinct: plain assignment, no scatter-add
         d_grid = d_grid.reshape((n_tokens, n, nH))
-        if length_index is not None:
-            d_length = ops.alloc2f(length_rows, nH)
-            ops.scatter_add(d_length, length_index, d_grid.sum(axis=0))
-            model.inc_grad("L", d_length)
         d_placed = {}
         for place, (_, grid_backward) in fofe.GRID_OPS.items():
             if place in placed:

@@ -41,8 +41,7 @@ def docs():
     return [nlp("Ann met Bob in Rome ."), nlp("Hi"), nlp("New York , USA")]
 
 
-@pytest.mark.parametrize("groups", [{}, {"char_fofe": False}, {"left_context": False, "bag_of_words": False},
-                                    {"fragment_length": True}])
+@pytest.mark.parametrize("groups", [{}, {"char_fofe": False}, {"left_context": False, "bag_of_words": False}])
 def test_gradients_match_finite_differences(docs, groups, seed=0):
     spacy.util.fix_random_seed(seed)  # W's initialisation reads the global random state
     model = build_fofe_ner_model(table_tok2vec(6, 12), hidden_width=8, depth=2, dropout=0.0, word_alpha=0.6,
@@ -64,7 +63,7 @@ def test_gradients_match_finite_differences(docs, groups, seed=0):
     d_scores[rows, targets] -= 1.0
     backprop(d_scores)
     tok2vec = model.get_ref("tok2vec")
-    checked = [(tok2vec, "T")] + [(model, name) for name in ("W", "b", "E", "L") if model.has_param(name)]
+    checked = [(tok2vec, "T")] + [(model, name) for name in ("W", "b", "E") if model.has_param(name)]
     for owner, name in checked:
         param, grad = owner.get_param(name), owner.get_grad(name)
         assert numpy.abs(grad).max() > 1e-3, f"gradient of {name} is zero: the check would be vacuous"
@@ -85,15 +84,11 @@ def test_gradients_match_finite_differences(docs, groups, seed=0):
         assert len(errors) >= 5 and numpy.mean(numpy.asarray(errors) < 1e-2) >= 0.8, (name, sorted(errors))
 
 
-@pytest.mark.parametrize("fragment_length", [False, True])
-def test_chunked_prediction_equals_one_chunk(docs, fragment_length):
-    model = build_fofe_ner_model(table_tok2vec(6, 12), hidden_width=8, char_width=4, nO=3,
-                                 fragment_length=fragment_length)
+def test_chunked_prediction_equals_one_chunk(docs):
+    model = build_fofe_ner_model(table_tok2vec(6, 12), hidden_width=8, char_width=4, nO=3)
     fragments = enumerate_fragments([len(d) for d in docs], 4)
     model.initialize(X=(docs, fragments))
     randomize_output(model)
-    if fragment_length:  # L starts at zero: give it values, so a misplaced row would show
-        model.set_param("L", numpy.random.default_rng(2).normal(size=model.get_param("L").shape).astype("float32"))
     whole = model.predict((docs, fragments))
     model.attrs["chunk_cells"] = 1  # one grid row per chunk
     numpy.testing.assert_allclose(model.predict((docs, fragments)), whole, atol=1e-6)
@@ -107,17 +102,3 @@ def test_invalid_architecture_settings_name_the_setting():
     with pytest.raises(ValueError, match="feature group"):
         build_fofe_ner_model(table_tok2vec(4, 4), left_context=False, right_context=False, bag_of_words=False,
                              char_fofe=False)
-
-
-def test_fragment_length_row_reaches_only_fragments_of_that_length(docs):
-    model = build_fofe_ner_model(table_tok2vec(6, 12), hidden_width=8, char_width=4, nO=3, fragment_length=True)
-    fragments = enumerate_fragments([len(d) for d in docs], 4)
-    model.initialize(X=(docs, fragments))
-    randomize_output(model)
-    before = model.predict((docs, fragments))
-    table = model.get_param("L").copy()
-    table[1] = 5.0  # the row of two-token fragments
-    model.set_param("L", table)
-    changed = numpy.abs(model.predict((docs, fragments)) - before).max(axis=1) > 1e-6
-    lengths = fragments[:, 2] - fragments[:, 1]
-    assert changed[lengths == 2].all() and not changed[lengths != 2].any()
