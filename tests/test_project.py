@@ -22,17 +22,41 @@ def test_demo_workflow_runs_end_to_end(tmp_path):
     assert (tmp_path / "project" / "training" / "demo" / "model-tuned" / "fofe_ner" / "cfg").exists()
 
 
-def test_benchmark_peers_get_the_fofe_configs_hash_tables():
-    """A fair benchmark: spancat embeds tokens with the same tables as the fofe_ner config it is compared to."""
-    import argparse
+def load_benchmark_script():
+    """project/scripts is not a package: load benchmark.py by path."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("benchmark", ROOT / "project" / "scripts" / "benchmark.py")
     benchmark = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(benchmark)
+    return benchmark
+
+
+def test_benchmark_peers_get_the_fofe_configs_hash_tables():
+    """A fair benchmark: spancat embeds tokens with the same tables as the fofe_ner config it is compared to."""
+    import argparse
+
+    benchmark = load_benchmark_script()
     args = argparse.Namespace(fofe_config=str(ROOT / "configs" / "germeval_cpu_cnn.cfg"), small=False, nested=True,
                               lang="de", max_length=7)
     fofe_embed = benchmark.fofe_config(args, False)["components"]["fofe_ner"]["model"]["tok2vec"]["embed"]
     peer_embed = benchmark.spacy_config(args, "spancat", False)["components"]["tok2vec"]["model"]["embed"]
     assert peer_embed["rows"] == fofe_embed["rows"] != benchmark.EMBED["rows"]
     assert (peer_embed["attrs"], peer_embed["width"]) == (fofe_embed["attrs"], fofe_embed["width"])
+
+
+def test_benchmark_trains_every_system_with_the_same_steps_and_cached_reader(tmp_path):
+    import argparse
+
+    from spacy.util import registry
+
+    from spacy_fofe.corpus import CachedCorpus
+
+    benchmark = load_benchmark_script()
+    args = argparse.Namespace(fofe_config=None, small=True, nested=False, lang="en", max_length=4)
+    for config in (benchmark.fofe_config(args, False), benchmark.spacy_config(args, "spancat", False)):
+        config = benchmark.for_training(config, 123)
+        config["paths"]["train"] = config["paths"]["dev"] = str(tmp_path)
+        corpora = registry.resolve(config.interpolate()["corpora"])
+        assert isinstance(corpora["train"], CachedCorpus) and isinstance(corpora["dev"], CachedCorpus)
+        assert config["training"]["max_steps"] == 123

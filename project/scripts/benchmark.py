@@ -1,10 +1,10 @@
 """Benchmark fofe_ner against spaCy's ner and spancat on one corpus, on this machine, in one run.
 
 For each system (and each vectors setting) it trains a pipeline (or reuses one already
-trained under OUT/<name>/model-best), every system with the same --max-steps, spaCy's peers with
-the hash tables of fofe_ner's config; fofe_ner's decoding is then tuned on dev (`python -m
-spacy_fofe tune`, into OUT/<name>/model-tuned, also reused when present), as the project's own
-workflows do. It measures on the test split, each in a fresh
+trained under OUT/<name>/model-best), every system with the same --max-steps and the same
+corpus reader, spaCy's peers with the hash tables of fofe_ner's config; fofe_ner's decoding is
+then tuned on dev (`python -m spacy_fofe tune`, into OUT/<name>/model-tuned, also reused when
+present), as the project's own workflows do. It measures on the test split, each in a fresh
 process: P/R/F1 (one scorer for all systems: spans under "sc", all levels, and for nested
 data GermEval's strict level-aware metric), training wall time, inference words/sec
 (nlp.pipe over the test texts, batch size 1000, best of 3 after a warm-up) and peak memory
@@ -86,14 +86,22 @@ def run_measured(command):
     return seconds, usage.ru_maxrss / 1024
 
 
+def for_training(config, max_steps: int):
+    """The same steps and corpus reader for every system: spacy_fofe.CachedCorpus.v1 reads the .spacy
+    files once (spacy_fofe/corpus.py), so no system's training time is mostly DocBin reading."""
+    config["training"]["max_steps"] = max_steps
+    for split in ("train", "dev"):
+        config["corpora"][split]["@readers"] = "spacy_fofe.CachedCorpus.v1"
+    return config
+
+
 def train(args, name, config, vectors):
     out = Path(args.out) / name
     if (out / "model-best").exists():
         info = out / "train_time.json"
         return json.loads(info.read_text()) if info.exists() else {"train_seconds": None, "train_peak_mb": None}
     out.mkdir(parents=True, exist_ok=True)
-    config["training"]["max_steps"] = args.max_steps
-    config.to_disk(out / "config.cfg")
+    for_training(config, args.max_steps).to_disk(out / "config.cfg")
     corpus = Path(args.corpus)
     command = [sys.executable, "-m", "spacy", "train", str(out / "config.cfg"), "--output", str(out),
                "--paths.train", str(corpus / "train.spacy"), "--paths.dev", str(corpus / "dev.spacy"),

@@ -1,0 +1,52 @@
+"""spacy_fofe.CachedCorpus.v1: spacy.Corpus.v1's examples, with the .spacy file read only once."""
+
+import pytest
+import spacy
+from spacy.tokens import DocBin, Span
+from spacy.util import registry
+
+ARGS = {"gold_preproc": False, "max_length": 0, "limit": 0, "augmenter": None}
+
+
+def write_corpus(path, nlp):
+    docs = []
+    for text, spans in [("Die Universität Köln liegt am Rhein .", [(0, 3, "ORG"), (2, 3, "LOC"), (5, 6, "LOC")]),
+                        ("", []), ("Angela Merkel", [(0, 2, "PER")])]:
+        doc = nlp(text)
+        doc.spans["sc"] = [Span(doc, start, end, label) for start, end, label in spans]
+        docs.append(doc)
+    DocBin(docs=docs, store_user_data=True).to_disk(path)
+
+
+def summary(examples):
+    return [(eg.reference.text, [(s.start, s.end, s.label_) for s in eg.reference.spans["sc"]],
+             [t.text for t in eg.predicted]) for eg in examples]
+
+
+def test_cached_reader_gives_spacys_examples_and_reads_the_file_once(tmp_path):
+    nlp = spacy.blank("de")
+    path = tmp_path / "train.spacy"
+    write_corpus(path, nlp)
+    expected = summary(registry.readers.get("spacy.Corpus.v1")(path, **ARGS)(nlp))
+    assert expected[0][1] == [(0, 3, "ORG"), (2, 3, "LOC"), (5, 6, "LOC")] and len(expected) == 2  # empty doc skipped
+    corpus = registry.readers.get("spacy_fofe.CachedCorpus.v1")(path, **ARGS)
+    first = list(corpus(nlp))
+    assert summary(first) == expected
+    path.unlink()  # a second pass must not need the file
+    second = list(corpus(nlp))
+    assert summary(second) == expected
+    # fresh predicted docs on each pass (a pass may annotate them); the references are the kept docs
+    assert all(a.predicted is not b.predicted for a, b in zip(first, second))
+    assert all(a.reference is b.reference for a, b in zip(first, second))
+    with pytest.raises(FileNotFoundError):  # another vocab means reading again: the file is gone now
+        list(corpus(spacy.blank("de")))
+
+
+def test_limit_and_missing_path_behave_as_in_spacy(tmp_path):
+    nlp = spacy.blank("de")
+    path = tmp_path / "train.spacy"
+    write_corpus(path, nlp)
+    limited = registry.readers.get("spacy_fofe.CachedCorpus.v1")(path, **{**ARGS, "limit": 1})
+    assert len(list(limited(nlp))) == len(list(limited(nlp))) == 1
+    with pytest.raises(ValueError, match="E913"):
+        registry.readers.get("spacy_fofe.CachedCorpus.v1")(None, **ARGS)
