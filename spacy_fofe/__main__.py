@@ -34,12 +34,15 @@ def main(argv=None) -> int:
     tune.add_argument("--component", default="fofe_ner")
     tune.add_argument("--objective", choices=list(OBJECTIVES), default="span",
                       help="maximise span F1 over all levels, or GermEval's strict level-aware F1")
+    tune.add_argument("--no-label-thresholds", action="store_true",
+                      help="search only each level's algorithm and threshold, no per-label thresholds")
 
     args = parser.parse_args(argv)
     if args.command == "tune":
         from .tune import tune_pipeline
 
-        tune_pipeline(args.model, args.dev, args.output, args.component, objective=args.objective)
+        tune_pipeline(args.model, args.dev, args.output, args.component, objective=args.objective,
+                      label_thresholds=not args.no_label_thresholds)
     if args.command == "convert":
         if args.format == "jsonl":
             records = converters.read_jsonl(args.input)

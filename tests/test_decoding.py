@@ -76,6 +76,9 @@ def test_tuning_finds_thresholds_that_raise_f1_on_a_constructed_case():
     assert before < 0.67 and after == 1.0
     assert 0.3 < tuned["label_thresholds"].get("A", tuned["threshold"]) <= 0.4
     assert 0.6 < tuned["label_thresholds"].get("B", tuned["threshold"]) <= 0.9
+    # Without per-label thresholds one global threshold has to serve both labels: it cannot reach 1.0.
+    tuned, before, after = tune_decoding(candidates, gold, cfg, ["A", "B"], label_thresholds=False)
+    assert tuned["label_thresholds"] == {} and before < after < 1.0
 
 
 NESTED_CFG = {"decoding": "highest-first", "threshold": 0.5, "label_thresholds": {}, "nested": True,
