@@ -3,9 +3,8 @@
 spaCy's Corpus.v1 reads the DocBin again on every pass: each training epoch and each dev
 evaluation. For docs with `doc.spans` that is slow, because every span group goes through
 `srsly.msgpack_loads`, which looks up srsly's msgpack decoders (an entry-point scan of all
-installed distributions) on each call: GermEval's 24,000 training sentences took 42 s to read
-here, a large share of an epoch's training time, and more on machines with more packages
-installed. CachedCorpus is Corpus.v1 with the reference docs kept after the first read;
+installed distributions) on each call: GermEval's 24,000 training sentences take 26 s to read
+here, every epoch, and longer where more packages are installed. CachedCorpus is Corpus.v1 with the reference docs kept after the first read;
 the Examples are still made fresh on each pass, exactly as Corpus.v1 makes them, so training
 sees the same data in the same order.
 """

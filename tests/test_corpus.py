@@ -15,7 +15,7 @@ def write_corpus(path, nlp):
         doc = nlp(text)
         doc.spans["sc"] = [Span(doc, start, end, label) for start, end, label in spans]
         docs.append(doc)
-    DocBin(docs=docs, store_user_data=True).to_disk(path)
+    DocBin(docs=docs).to_disk(path)
 
 
 def summary(examples):
