@@ -4,13 +4,13 @@ spaCy's Corpus.v1 reads the DocBin again on every pass: each training epoch and 
 evaluation. For docs with `doc.spans` that is slow, because every span group goes through
 `srsly.msgpack_loads`, which looks up srsly's msgpack decoders (an entry-point scan of all
 installed distributions) on each call: GermEval's 24,000 training sentences take 26 s to read
-here, every epoch, and longer where more packages are installed. CachedCorpus is Corpus.v1 with the reference docs kept after the first read;
-the Examples are still made fresh on each pass, exactly as Corpus.v1 makes them, so training
-sees the same data in the same order.
+here, every epoch, and longer where more packages are installed. CachedCorpus is Corpus.v1
+with the reference docs kept after the first read; the Examples are still made fresh on each
+pass, exactly as Corpus.v1 makes them, so training sees the same data in the same order.
 """
 
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, List, Optional, Union
+from typing import Callable, Iterable, Iterator, List, Optional, Tuple, Union
 
 from spacy.errors import Errors
 from spacy.tokens import Doc
@@ -24,14 +24,12 @@ class CachedCorpus(Corpus):
 
     def __init__(self, path: Union[str, Path], **settings) -> None:
         super().__init__(path, **settings)
-        self._docs: Optional[List[Doc]] = None
-        self._vocab: Optional[Vocab] = None
+        self._cache: Optional[Tuple[Vocab, List[Doc]]] = None  # docs belong to one vocab's StringStore
 
     def read_docbin(self, vocab: Vocab, locs: Iterable[Union[str, Path]]) -> Iterator[Doc]:
-        if self._docs is None or vocab is not self._vocab:  # docs belong to one vocab's StringStore
-            self._docs = list(super().read_docbin(vocab, locs))
-            self._vocab = vocab
-        yield from self._docs
+        if self._cache is None or self._cache[0] is not vocab:
+            self._cache = (vocab, list(super().read_docbin(vocab, locs)))
+        yield from self._cache[1]
 
 
 @registry.readers("spacy_fofe.CachedCorpus.v1")

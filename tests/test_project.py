@@ -1,10 +1,16 @@
 """The spaCy project's demo workflow, end to end (convert, train, tune, evaluate) on the demo corpus."""
 
+import argparse
+import importlib.util
 import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from spacy.util import registry
+
+from spacy_fofe.corpus import CachedCorpus
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,8 +30,6 @@ def test_demo_workflow_runs_end_to_end(tmp_path):
 
 def load_benchmark_script():
     """project/scripts is not a package: load benchmark.py by path."""
-    import importlib.util
-
     spec = importlib.util.spec_from_file_location("benchmark", ROOT / "project" / "scripts" / "benchmark.py")
     benchmark = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(benchmark)
@@ -34,8 +38,6 @@ def load_benchmark_script():
 
 def test_benchmark_peers_get_the_fofe_configs_hash_tables():
     """A fair benchmark: spancat embeds tokens with the same tables as the fofe_ner config it is compared to."""
-    import argparse
-
     benchmark = load_benchmark_script()
     args = argparse.Namespace(fofe_config=str(ROOT / "configs" / "germeval_cpu_cnn.cfg"), small=False, nested=True,
                               lang="de", max_length=7)
@@ -46,12 +48,6 @@ def test_benchmark_peers_get_the_fofe_configs_hash_tables():
 
 
 def test_benchmark_trains_every_system_with_the_same_steps_and_cached_reader(tmp_path):
-    import argparse
-
-    from spacy.util import registry
-
-    from spacy_fofe.corpus import CachedCorpus
-
     benchmark = load_benchmark_script()
     args = argparse.Namespace(fofe_config=None, small=True, nested=False, lang="en", max_length=4)
     for config in (benchmark.fofe_config(args, False), benchmark.spacy_config(args, "spancat", False)):
