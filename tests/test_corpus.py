@@ -3,6 +3,7 @@
 import pytest
 import spacy
 from spacy.tokens import DocBin, Span
+from spacy.training import Corpus
 from spacy.util import registry
 
 ARGS = {"gold_preproc": False, "max_length": 0, "limit": 0, "augmenter": None}
@@ -23,23 +24,54 @@ def summary(examples):
              [t.text for t in eg.predicted]) for eg in examples]
 
 
-def test_cached_reader_gives_spacys_examples_and_reads_the_file_once(tmp_path):
+@pytest.fixture
+def count_reads(monkeypatch):
+    """The number of times spaCy's Corpus.read_docbin (the disk read under CachedCorpus) runs."""
+    reads = []
+    read_docbin = Corpus.read_docbin
+
+    def counted(self, vocab, locs):
+        reads.append(1)
+        return read_docbin(self, vocab, locs)
+
+    monkeypatch.setattr(Corpus, "read_docbin", counted)
+    return reads
+
+
+def test_cached_reader_gives_spacys_examples_and_reads_the_file_once(tmp_path, count_reads):
     nlp = spacy.blank("de")
     path = tmp_path / "train.spacy"
     write_corpus(path, nlp)
     expected = summary(registry.readers.get("spacy.Corpus.v1")(path, **ARGS)(nlp))
     assert expected[0][1] == [(0, 3, "ORG"), (2, 3, "LOC"), (5, 6, "LOC")] and len(expected) == 2  # empty doc skipped
+    assert len(count_reads) == 1
     corpus = registry.readers.get("spacy_fofe.CachedCorpus.v1")(path, **ARGS)
     first = list(corpus(nlp))
     assert summary(first) == expected
-    path.unlink()  # a second pass must not need the file
     second = list(corpus(nlp))
-    assert summary(second) == expected
+    # a second corpus object over the same file, as `spacy train` makes one for initialize and one
+    # for the training loop, shares the docs read
+    third = list(registry.readers.get("spacy_fofe.CachedCorpus.v1")(path, **ARGS)(nlp))
+    assert summary(second) == summary(third) == expected
+    assert len(count_reads) == 2
     # fresh predicted docs on each pass (a pass may annotate them); the references are the kept docs
     assert all(a.predicted is not b.predicted for a, b in zip(first, second))
-    assert all(a.reference is b.reference for a, b in zip(first, second))
-    with pytest.raises(FileNotFoundError):  # another vocab means reading again: the file is gone now
-        list(corpus(spacy.blank("de")))
+    assert all(a.reference is b.reference is c.reference for a, b, c in zip(first, second, third))
+    list(corpus(spacy.blank("de")))  # another vocab means reading again
+    assert len(count_reads) == 3
+
+
+def test_cached_reader_reads_a_rewritten_file_again(tmp_path):
+    nlp = spacy.blank("de")
+    path = tmp_path / "train.spacy"
+    write_corpus(path, nlp)
+    corpus = registry.readers.get("spacy_fofe.CachedCorpus.v1")(path, **ARGS)
+    assert len(list(corpus(nlp))) == 2
+    DocBin(docs=[nlp("Nur ein Satz .")]).to_disk(path)
+    assert [eg.reference.text for eg in corpus(nlp)] == ["Nur ein Satz ."]
+    path.unlink()
+    with pytest.raises(FileNotFoundError):
+        list(corpus(nlp))
 
 
 def test_limit_and_missing_path_behave_as_in_spacy(tmp_path):
