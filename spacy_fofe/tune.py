@@ -98,7 +98,9 @@ def tune_decoding(candidates: Sequence[List[Candidate]], gold: Sequence[Gold], c
     try_settings([{"decoding": a, "threshold": t} for a in ALGORITHMS for t in GRID])
     if cfg["nested"]:
         try_settings([{"nested_decoding": a, "nested_threshold": t} for a in ALGORITHMS for t in GRID])
-    for _ in range(2 if label_thresholds else 0):  # two passes: each label's best depends a little on the others
+    if not label_thresholds:
+        return cfg, before, best
+    for _ in range(2):  # two passes: each label's best depends a little on the others
         for label in labels:
             try_settings(GRID, label=label)
     return cfg, before, best
