@@ -47,6 +47,17 @@ def test_benchmark_peers_get_the_fofe_configs_hash_tables():
     assert (peer_embed["attrs"], peer_embed["width"]) == (fofe_embed["attrs"], fofe_embed["width"])
 
 
+def test_benchmark_peers_get_the_fofe_configs_optimizer():
+    """spaCy's init config has weight decay 0.01 and no parameter averaging; the peers train with ours."""
+    benchmark = load_benchmark_script()
+    args = argparse.Namespace(fofe_config=str(ROOT / "configs" / "germeval_cpu_cnn.cfg"), small=False, nested=True,
+                              lang="de", max_length=7)
+    ours = benchmark.fofe_config(args, False)["training"]["optimizer"]
+    assert (ours["L2"], ours["use_averages"]) == (0.1, True)
+    for pipe in ("spancat", "ner"):
+        assert benchmark.spacy_config(args, pipe, False)["training"]["optimizer"] == ours
+
+
 def test_benchmark_trains_every_system_with_the_same_steps_and_cached_reader(tmp_path):
     benchmark = load_benchmark_script()
     args = argparse.Namespace(fofe_config=None, small=True, nested=False, lang="en", max_length=4)

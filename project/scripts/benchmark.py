@@ -2,7 +2,7 @@
 
 For each system (and each vectors setting) it trains a pipeline (or reuses one already
 trained under OUT/<name>/model-best), every system with the same --max-steps and the same
-corpus reader, spaCy's peers with the hash tables of fofe_ner's config; fofe_ner's decoding is
+corpus reader, spaCy's peers with the hash tables and the optimizer of fofe_ner's config; fofe_ner's decoding is
 then tuned on dev (`python -m spacy_fofe tune`, into OUT/<name>/model-tuned, also reused when
 present), as the project's own workflows do. It measures on the test split, each in a fresh
 process: P/R/F1 (one scorer for all systems: spans under "sc", all levels, and for nested
@@ -58,7 +58,8 @@ def peer_embedding(args, vectors: bool) -> dict:
 
 
 def spacy_config(args, pipe: str, vectors: bool):
-    """spaCy's own CPU efficiency config for `pipe`, with fofe_ner's embedding tables."""
+    """spaCy's own CPU efficiency config for `pipe`, with fofe_ner's embedding tables and optimizer
+    (spaCy's init config has weight decay 0.01 and no parameter averaging; our configs average)."""
     out = subprocess.run([sys.executable, "-m", "spacy", "init", "config", "-", "--lang", args.lang, "--pipeline", pipe,
                           "--optimize", "efficiency"], capture_output=True, text=True, check=True).stdout
     from thinc.api import Config
@@ -69,6 +70,7 @@ def spacy_config(args, pipe: str, vectors: bool):
     model["embed"].update(settings)
     model["encode"]["width"] = settings["width"]  # spaCy ties the embedding width to the encoder's
     model["embed"]["include_static_vectors"] = vectors
+    config["training"]["optimizer"] = dict(fofe_config(args, vectors)["training"]["optimizer"])
     if pipe == "spancat":
         config["components"]["spancat"]["suggester"] = {
             "@misc": "spacy.ngram_range_suggester.v1", "min_size": 1, "max_size": args.max_length}
