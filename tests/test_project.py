@@ -53,7 +53,7 @@ def test_benchmark_peers_get_the_fofe_configs_optimizer():
     args = argparse.Namespace(fofe_config=str(ROOT / "configs" / "germeval_cpu_cnn.cfg"), small=False, nested=True,
                               lang="de", max_length=7)
     ours = benchmark.fofe_config(args, False)["training"]["optimizer"]
-    assert (ours["L2"], ours["use_averages"]) == (0.1, True)
+    assert (ours["L2"], ours["use_averages"]) != (0.01, False)  # spaCy's, so the check below can fail
     for pipe in ("spancat", "ner"):
         assert benchmark.spacy_config(args, pipe, False)["training"]["optimizer"] == ours
 

@@ -1,15 +1,15 @@
 """Benchmark fofe_ner against spaCy's ner and spancat on one corpus, on this machine, in one run.
 
-For each system (and each vectors setting) it trains a pipeline (or reuses one already
-trained under OUT/<name>/model-best), every system with the same --max-steps and the same
-corpus reader, spaCy's peers with the hash tables and the optimizer of fofe_ner's config; fofe_ner's decoding is
-then tuned on dev (`python -m spacy_fofe tune`, into OUT/<name>/model-tuned, also reused when
-present), as the project's own workflows do. It measures on the test split, each in a fresh
-process: P/R/F1 (one scorer for all systems: spans under "sc", all levels, and for nested
-data GermEval's strict level-aware metric), training wall time, inference words/sec
-(nlp.pipe over the test texts, batch size 1000, best of 3 after a warm-up) and peak memory
-(max RSS of the training and of the inference process). Writes OUT/benchmark.json,
-OUT/benchmark.md and OUT/benchmark.png (F1 against words/sec).
+For each system (and each vectors setting) it trains a pipeline (or reuses one already trained
+under OUT/<name>/model-best), every system with the same --max-steps and the same corpus
+reader, spaCy's peers with the hash tables and the optimizer settings of fofe_ner's config;
+fofe_ner's decoding is then tuned on dev (`python -m spacy_fofe tune`, into
+OUT/<name>/model-tuned, also reused when present), as the project's own workflows do. It
+measures on the test split, each in a fresh process: P/R/F1 (one scorer for all systems: spans
+under "sc", all levels, and for nested data GermEval's strict level-aware metric), training
+wall time, inference words/sec (nlp.pipe over the test texts, batch size 1000, best of 3 after
+a warm-up) and peak memory (max RSS of the training and of the inference process). Writes
+OUT/benchmark.json, OUT/benchmark.md and OUT/benchmark.png (F1 against words/sec).
 
     python scripts/benchmark.py corpus/conll metrics/benchmark-conll --lang en --vectors vectors/glove50
 """
