@@ -36,11 +36,16 @@ def load_benchmark_script():
     return benchmark
 
 
+def germeval_cnn_args():
+    """benchmark.py's arguments for the GermEval run with the project's CNN config."""
+    return argparse.Namespace(fofe_config=str(ROOT / "configs" / "germeval_cpu_cnn.cfg"), small=False, nested=True,
+                              lang="de", max_length=7)
+
+
 def test_benchmark_peers_get_the_fofe_configs_hash_tables():
     """A fair benchmark: spancat embeds tokens with the same tables as the fofe_ner config it is compared to."""
     benchmark = load_benchmark_script()
-    args = argparse.Namespace(fofe_config=str(ROOT / "configs" / "germeval_cpu_cnn.cfg"), small=False, nested=True,
-                              lang="de", max_length=7)
+    args = germeval_cnn_args()
     fofe_embed = benchmark.fofe_config(args, False)["components"]["fofe_ner"]["model"]["tok2vec"]["embed"]
     peer_embed = benchmark.spacy_config(args, "spancat", False)["components"]["tok2vec"]["model"]["embed"]
     assert peer_embed["rows"] == fofe_embed["rows"] != benchmark.EMBED["rows"]
@@ -50,8 +55,7 @@ def test_benchmark_peers_get_the_fofe_configs_hash_tables():
 def test_benchmark_peers_get_the_fofe_configs_optimizer():
     """spaCy's init config has weight decay 0.01 and no parameter averaging; the peers train with ours."""
     benchmark = load_benchmark_script()
-    args = argparse.Namespace(fofe_config=str(ROOT / "configs" / "germeval_cpu_cnn.cfg"), small=False, nested=True,
-                              lang="de", max_length=7)
+    args = germeval_cnn_args()
     ours = benchmark.fofe_config(args, False)["training"]["optimizer"]
     assert (ours["L2"], ours["use_averages"]) != (0.01, False)  # spaCy's, so the check below can fail
     for pipe in ("spancat", "ner"):

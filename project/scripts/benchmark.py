@@ -46,15 +46,15 @@ def fofe_config(args, vectors: bool):
     return config
 
 
-def peer_embedding(args, vectors: bool) -> dict:
+def peer_embedding(fofe, vectors: bool, small: bool) -> dict:
     """The hash tables (width, attrs, rows) of the fofe_ner config under test, so that the peers
     embed tokens with the same tables (larger tables lift spancat too); EMBED when it has none."""
     if not vectors:
-        tok2vec = fofe_config(args, vectors)["components"]["fofe_ner"]["model"]["tok2vec"]
+        tok2vec = fofe["components"]["fofe_ner"]["model"]["tok2vec"]
         embed = tok2vec.get("embed", tok2vec)
         if all(key in embed for key in ("width", "attrs", "rows")):
             return {key: embed[key] for key in ("width", "attrs", "rows")}
-    return EMBED if not args.small else {**EMBED, "width": 64}
+    return EMBED if not small else {**EMBED, "width": 64}
 
 
 def spacy_config(args, pipe: str, vectors: bool):
@@ -65,12 +65,13 @@ def spacy_config(args, pipe: str, vectors: bool):
     from thinc.api import Config
 
     config = Config().from_str(out, interpolate=False)
+    fofe = fofe_config(args, vectors)
     model = config["components"]["tok2vec"]["model"]
-    settings = peer_embedding(args, vectors)
+    settings = peer_embedding(fofe, vectors, args.small)
     model["embed"].update(settings)
     model["encode"]["width"] = settings["width"]  # spaCy ties the embedding width to the encoder's
     model["embed"]["include_static_vectors"] = vectors
-    config["training"]["optimizer"] = dict(fofe_config(args, vectors)["training"]["optimizer"])
+    config["training"]["optimizer"] = dict(fofe["training"]["optimizer"])
     if pipe == "spancat":
         config["components"]["spancat"]["suggester"] = {
             "@misc": "spacy.ngram_range_suggester.v1", "min_size": 1, "max_size": args.max_length}
