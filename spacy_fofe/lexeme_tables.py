@@ -1,0 +1,150 @@
+"""Token features from spaCy's lexeme tables: word classes learnt from unlabelled text.
+
+A name never seen in training is where fofe_ner loses most (GermEval: of the outer spans it
+misses, two thirds are mostly rare one-word names that no prediction overlaps). spaCy's
+`spacy-lookups-data` package ships, for German, English and Spanish, Brown clusters
+(`lexeme_cluster`) and log frequencies (`lexeme_prob`) of a million words counted on
+Wikipedia: "Merkel", "Schmidt" and "Kutzner" share a cluster that "Tisch" is not in, so an
+unseen surname gets the row of the surnames the training data has.
+
+`LexemeTablesEmbed` adds, to any token embedding, an embedding of each token's table
+entries looked up by its ORTH and/or LOWER form (a hash table per table and attribute,
+mixed by a maxout layer as in spaCy's MultiHashEmbed; log frequencies are floored to whole
+numbers first). The tables are copied into the model at initialize, as sorted hash/value
+arrays (12 bytes a word per table), so a trained pipeline needs no lookups package at run
+time. A table in the vocab (`[initialize.lookups]`) takes precedence over the package's.
+"""
+
+from typing import List, Tuple
+
+import numpy
+from spacy.attrs import intify_attr
+from spacy.strings import get_string_id
+from spacy.tokens import Doc
+from spacy.util import load_language_data, registry
+from thinc.api import HashEmbed, Maxout, Model, chain, concatenate, list2ragged, ragged2list, with_array
+from thinc.types import Floats2d, Ints2d
+
+MISSING = numpy.iinfo("int32").min  # the value of a word a table does not have: one shared row
+
+
+@registry.architectures("spacy_fofe.LexemeTablesEmbed.v1")
+def LexemeTablesEmbed(
+    embed: Model[List[Doc], List[Floats2d]],
+    width: int,
+    tables: List[str],
+    attrs: List[str],
+    rows: List[int],
+) -> Model[List[Doc], List[Floats2d]]:
+    """`embed`'s token vectors plus an embedding of the tokens' entries in spaCy lexeme tables.
+
+    width: the output width of `embed` (its `width` setting).
+    tables: names of lexeme tables (e.g. "lexeme_cluster", "lexeme_prob").
+    attrs: the token attributes looked up in each table ("ORTH", "LOWER").
+    rows: the hash-embedding rows of each table.
+    """
+    name = "spacy_fofe.LexemeTablesEmbed.v1"
+    if not tables or not attrs:
+        raise ValueError(f"{name}: tables and attrs must each name at least one entry")
+    if len(rows) != len(tables):
+        raise ValueError(f"{name}: rows has {len(rows)} entries for {len(tables)} tables; give one per table")
+    attr_ids = [intify_attr(attr) for attr in attrs]
+    if None in attr_ids:
+        raise ValueError(f"{name}: unknown token attribute {attrs[attr_ids.index(None)]!r}")
+    if embed.has_dim("nO") is True and embed.get_dim("nO") != width:
+        raise ValueError(f"{name}: width is {width} but the embed layer's output width is {embed.get_dim('nO')}")
+    lookup = Model("lexeme_lookup", _lookup_forward, init=_lookup_init,
+                   attrs={"tables": list(tables), "attr_ids": attr_ids, "keys": [], "values": []})
+    columns = [(t, a) for t in range(len(tables)) for a in range(len(attrs))]
+    embeddings = [HashEmbed(width, rows[t], column=i, seed=101 + i, dropout=0.0) for i, (t, _) in enumerate(columns)]
+    table_embed = chain(
+        lookup,
+        list2ragged(),
+        with_array(chain(concatenate(*embeddings), Maxout(width, width * len(columns), nP=3, normalize=True))),
+        ragged2list(),
+    )
+    return Model("lexeme_tables_embed", _sum_forward, init=_sum_init, layers=[embed, table_embed], dims={"nO": width})
+
+
+def _sum_init(model: Model, X=None, Y=None) -> None:
+    for layer in model.layers:
+        layer.initialize(X=X)
+
+
+def _sum_forward(model: Model, docs: List[Doc], is_train: bool):
+    """Per doc, the sum of the children's token vectors."""
+    outputs, backprops = zip(*(layer(docs, is_train) for layer in model.layers))
+    if outputs[0] and outputs[0][0].shape[1] != outputs[1][0].shape[1]:
+        raise ValueError(f"spacy_fofe.LexemeTablesEmbed.v1: the embed layer gives vectors of width "
+                         f"{outputs[0][0].shape[1]}, not the width setting {outputs[1][0].shape[1]}")
+    summed = [sum(arrays) for arrays in zip(*outputs)]
+
+    def backprop(d_summed):
+        for callback in backprops:
+            callback(d_summed)
+        return []
+
+    return summed, backprop
+
+
+def _lookup_init(model: Model, X=None, Y=None) -> None:
+    """Copy each table into the model as sorted (word hash, value) arrays."""
+    if not X:
+        raise ValueError("spacy_fofe.LexemeTablesEmbed.v1: initialize needs sample docs, to know the "
+                         "language and vocab whose lexeme tables to read")
+    vocab = X[0].vocab
+    keys, values = [], []
+    for table in model.attrs["tables"]:
+        table_keys, table_values = _read_table(vocab, table)
+        order = numpy.argsort(table_keys)
+        keys.append(table_keys[order])
+        values.append(table_values[order])
+    model.attrs["keys"], model.attrs["values"] = keys, values
+
+
+def _read_table(vocab, table: str) -> Tuple[numpy.ndarray, numpy.ndarray]:
+    """(uint64 word hashes, int32 values) of a lexeme table, from the vocab or spacy-lookups-data."""
+    if vocab.lookups.has_table(table):
+        entries = vocab.lookups.get_table(table)  # keyed by string hash already
+        keys = numpy.fromiter(entries.keys(), dtype="uint64", count=len(entries))
+        raw = list(entries.values())
+    else:
+        lang = vocab.lang
+        if lang not in registry.lookups or table not in registry.lookups.get(lang):
+            raise ValueError(
+                f"spacy_fofe.LexemeTablesEmbed.v1: no lexeme table {table!r} for language {lang!r}. "
+                f"Install spaCy's lookups data (pip install spacy-lookups-data; it has lexeme_cluster and "
+                f"lexeme_prob for de, en and es), or put the table in the vocab ([initialize.lookups])."
+            )
+        data = load_language_data(registry.lookups.get(lang)[table])
+        keys = numpy.fromiter((get_string_id(word) for word in data), dtype="uint64", count=len(data))
+        raw = list(data.values())
+    values = numpy.floor(numpy.asarray(raw, dtype="float64")).astype("int32")
+    return keys, values
+
+
+def lookup_values(keys: numpy.ndarray, values: numpy.ndarray, queries: numpy.ndarray) -> numpy.ndarray:
+    """The value of each query hash in a sorted table, MISSING where the table lacks it."""
+    if len(keys) == 0:
+        return numpy.full(queries.shape, MISSING, dtype="int32")
+    index = numpy.minimum(numpy.searchsorted(keys, queries), len(keys) - 1)
+    return numpy.where(keys[index] == queries, values[index], MISSING).astype("int32")
+
+
+def _lookup_forward(model: Model, docs: List[Doc], is_train: bool):
+    keys, values = model.attrs["keys"], model.attrs["values"]
+    if not keys:
+        raise ValueError("spacy_fofe.LexemeTablesEmbed.v1: the lexeme tables are not loaded; "
+                         "initialize the model first")
+    if not docs:
+        return [], lambda d_features: []
+    attr_ids = model.attrs["attr_ids"]
+    # One lookup for the whole batch: concatenate the docs' word hashes, then split the ids.
+    words = numpy.concatenate([numpy.asarray(doc.to_array(attr_ids), dtype="uint64").reshape((len(doc), len(attr_ids)))
+                               for doc in docs])
+    ids = numpy.stack([lookup_values(k, v, words[:, a]) for k, v in zip(keys, values) for a in range(len(attr_ids))],
+                      axis=1)
+    # HashEmbed hashes uint64 ids; the int32 values (negative ones included) map one to one.
+    ids = model.ops.asarray2i(ids.astype("int64").view("uint64"), dtype="uint64")
+    features: List[Ints2d] = model.ops.xp.split(ids, numpy.cumsum([len(doc) for doc in docs])[:-1].tolist())
+    return features, lambda d_features: []

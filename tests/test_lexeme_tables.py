@@ -1,0 +1,126 @@
+"""spacy_fofe.LexemeTablesEmbed.v1: lexeme-table entries (Brown clusters, log frequencies) as token features."""
+
+import numpy
+import pytest
+import spacy
+from spacy.strings import get_string_id
+from test_component import NESTED, SMALL_MODEL, make_examples, predicted, train
+
+from spacy_fofe.lexeme_tables import MISSING, LexemeTablesEmbed, lookup_values
+from spacy_fofe.word_dropout import WordDropoutHashEmbed
+
+CLUSTERS = {"Ann": 40, "Bob": 40, "Lee": 41, "Toronto": 7, "Paris": 7, "paris": 9, "Quillmere": 7}
+PROBS = {"Ann": -10.2, "ann": -14.7, "the": -3.5, "Paris": -9.0}
+
+
+def embed(width=16, tables=("lexeme_cluster", "lexeme_prob"), attrs=("ORTH", "LOWER"), rows=(50, 20)):
+    words = WordDropoutHashEmbed(width=width, attrs=["NORM", "SHAPE"], rows=[100, 50], include_static_vectors=False)
+    return LexemeTablesEmbed(words, width, list(tables), list(attrs), list(rows))
+
+
+def with_tables(lang="en"):
+    nlp = spacy.blank(lang)
+    nlp.vocab.lookups.add_table("lexeme_cluster", CLUSTERS)
+    nlp.vocab.lookups.add_table("lexeme_prob", PROBS)
+    return nlp
+
+
+def lookup_layer(model):
+    return next(node for node in model.walk() if node.name == "lexeme_lookup")
+
+
+def test_lookup_values_matches_a_dict():
+    rng = numpy.random.default_rng(0)
+    keys = rng.choice(10**6, size=500, replace=False).astype("uint64")
+    values = rng.integers(-50, 50, size=500).astype("int32")
+    table = dict(zip(keys.tolist(), values.tolist()))
+    order = numpy.argsort(keys)
+    queries = numpy.concatenate([keys[:100], rng.integers(0, 2 * 10**6, size=300).astype("uint64"),
+                                 numpy.array([0, 2**64 - 1], dtype="uint64")])
+    expected = [table.get(q, MISSING) for q in queries.tolist()]
+    assert lookup_values(keys[order], values[order], queries).tolist() == expected
+    empty = numpy.zeros((0,), dtype="uint64")
+    assert lookup_values(empty, empty.astype("int32"), queries[:3]).tolist() == [MISSING] * 3
+
+
+def test_tokens_get_their_table_entries_by_orth_and_lower():
+    nlp = with_tables()
+    model = embed()
+    docs = [nlp("Ann met paris in Paris"), nlp("")]
+    model.initialize(X=docs)
+    features = lookup_layer(model).predict(docs)
+    # columns: (cluster, ORTH), (cluster, LOWER), (prob, ORTH), (prob, LOWER); probs floored
+    expected = [[40, MISSING, -11, -15],
+                [MISSING, MISSING, MISSING, MISSING],
+                [9, 9, MISSING, MISSING],
+                [MISSING, MISSING, MISSING, MISSING],
+                [7, 9, -9, MISSING]]
+    assert features[0].view("int64").tolist() == expected
+    assert features[1].shape == (0, 4)
+    assert lookup_layer(model).predict([]) == [] and model.predict([]) == []
+    vectors = model.predict(docs)
+    assert [v.shape for v in vectors] == [(5, 16), (0, 16)]
+    # the same entries give the same table vector (Toronto and Quillmere: cluster 7, no other entry)
+    table_vectors = model.layers[1].predict([nlp("Toronto Quillmere Lee")])[0]
+    numpy.testing.assert_allclose(table_vectors[0], table_vectors[1])
+    assert not numpy.allclose(table_vectors[0], table_vectors[2])
+
+
+def test_a_table_in_the_vocab_is_used_before_the_lookups_package():
+    nlp = spacy.blank("de")
+    nlp.vocab.lookups.add_table("lexeme_cluster", {"Tisch": 12345})
+    model = embed(tables=["lexeme_cluster"], attrs=["ORTH"], rows=[50])
+    model.initialize(X=[nlp("Tisch")])
+    assert lookup_layer(model).predict([nlp("Tisch Merkel")])[0].view("int64").tolist() == [[12345], [MISSING]]
+
+
+def test_missing_tables_and_bad_settings_are_clear_errors():
+    with pytest.raises(ValueError, match="spacy-lookups-data"):
+        embed(tables=["no_such_table"], rows=[10]).initialize(X=[spacy.blank("en")("a")])
+    with pytest.raises(ValueError, match="sample docs"):
+        embed().initialize()
+    with pytest.raises(ValueError, match="one per table"):
+        embed(rows=[10])
+    with pytest.raises(ValueError, match="unknown token attribute"):
+        embed(attrs=["NOT_AN_ATTR"])
+    nlp = with_tables()
+    wrong_width = LexemeTablesEmbed(embed(width=16).layers[0], 24, ["lexeme_cluster"], ["ORTH"], [10])
+    wrong_width.initialize(X=[nlp("Ann")])
+    with pytest.raises(ValueError, match="width"):
+        wrong_width.predict([nlp("Ann")])
+    untrained = embed()
+    with pytest.raises(ValueError, match="initialize"):
+        lookup_layer(untrained).predict([nlp("Ann")])
+
+
+def test_fofe_ner_trains_with_lexeme_tables_and_keeps_them_in_the_model(tmp_path):
+    spacy.util.fix_random_seed(0)
+    nlp = with_tables()
+    tok2vec = {"@architectures": "spacy_fofe.LexemeTablesEmbed.v1", "width": 32,
+               "tables": ["lexeme_cluster", "lexeme_prob"], "attrs": ["ORTH", "LOWER"], "rows": [50, 20],
+               "embed": {"@architectures": "spacy_fofe.WordDropoutHashEmbed.v1", "width": 32,
+                         "rows": [500, 200, 200, 200], "attrs": ["NORM", "PREFIX", "SUFFIX", "SHAPE"],
+                         "include_static_vectors": False, "word_dropout": 0.2}}
+    config = {"model": {**SMALL_MODEL, "tok2vec": tok2vec}, "overlap_rate": 1.0, "disjoint_rate": 1.0,
+              "decoding": "longest-first"}
+    nlp.add_pipe("fofe_ner", config=config)
+    train(nlp, make_examples(nlp, NESTED), steps=300)
+    for text, spans in NESTED:
+        assert predicted(nlp(text)) == sorted(spans), text
+    nlp.to_disk(tmp_path / "lexemes")
+    reloaded = spacy.load(tmp_path / "lexemes")
+    for name in ("lexeme_cluster", "lexeme_prob"):
+        reloaded.vocab.lookups.remove_table(name)  # the model holds its own copy
+    texts = [t for t, _ in NESTED] + ["Quillmere hired Bob ."]
+    assert [predicted(reloaded(t)) for t in texts] == [predicted(nlp(t)) for t in texts]
+    layer = lookup_layer(reloaded.get_pipe("fofe_ner").model)
+    assert get_string_id("Quillmere") in layer.attrs["keys"][0].tolist()
+
+
+def test_german_clusters_from_spacy_lookups_data_group_surnames():
+    pytest.importorskip("spacy_lookups_data")
+    nlp = spacy.blank("de")
+    model = embed(tables=["lexeme_cluster"], attrs=["ORTH"], rows=[50])
+    model.initialize(X=[nlp("Haus")])
+    ids = lookup_layer(model).predict([nlp("Merkel Schmidt Tisch Qxzvbnw")])[0].view("int64")[:, 0].tolist()
+    assert ids[0] == ids[1] != ids[2] and ids[3] == MISSING
