@@ -46,20 +46,36 @@ def fofe_config(args, vectors: bool):
     return config
 
 
+LEXEME_EMBED = "spacy_fofe.LexemeTablesEmbed.v1"
+
+
 def peer_embedding(fofe, vectors: bool, small: bool) -> dict:
     """The hash tables (width, attrs, rows) of the fofe_ner config under test, so that the peers
     embed tokens with the same tables (larger tables lift spancat too); EMBED when it has none."""
     if not vectors:
         tok2vec = fofe["components"]["fofe_ner"]["model"]["tok2vec"]
         embed = tok2vec.get("embed", tok2vec)
+        if embed.get("@architectures") == LEXEME_EMBED:
+            embed = embed["embed"]
         if all(key in embed for key in ("width", "attrs", "rows")):
             return {key: embed[key] for key in ("width", "attrs", "rows")}
     return EMBED if not small else {**EMBED, "width": 64}
 
 
+def peer_lexeme_tables(fofe, embed: dict) -> dict:
+    """spaCy's embed block wrapped in the fofe_ner config's LexemeTablesEmbed (Brown clusters and
+    word frequencies) when it has one, so that the peers see the same external word features."""
+    tok2vec = fofe["components"]["fofe_ner"]["model"]["tok2vec"]
+    ours = tok2vec.get("embed", {})
+    if ours.get("@architectures") != LEXEME_EMBED:
+        return embed
+    return {**{key: value for key, value in ours.items() if key != "embed"}, "width": embed["width"], "embed": embed}
+
+
 def spacy_config(args, pipe: str, vectors: bool):
-    """spaCy's own CPU efficiency config for `pipe`, with fofe_ner's embedding tables and optimizer
-    (spaCy's init config has weight decay 0.01 and no parameter averaging; our configs average)."""
+    """spaCy's own CPU efficiency config for `pipe`, with fofe_ner's embedding tables (lexeme tables
+    included) and optimizer (spaCy's init config has weight decay 0.01 and no parameter averaging;
+    our configs average)."""
     out = subprocess.run([sys.executable, "-m", "spacy", "init", "config", "-", "--lang", args.lang, "--pipeline", pipe,
                           "--optimize", "efficiency"], capture_output=True, text=True, check=True).stdout
     from thinc.api import Config
@@ -71,6 +87,7 @@ def spacy_config(args, pipe: str, vectors: bool):
     model["embed"].update(settings)
     model["encode"]["width"] = settings["width"]  # spaCy ties the embedding width to the encoder's
     model["embed"]["include_static_vectors"] = vectors
+    model["embed"] = peer_lexeme_tables(fofe, model["embed"])
     config["training"]["optimizer"] = dict(fofe["training"]["optimizer"])
     if pipe == "spancat":
         config["components"]["spancat"]["suggester"] = {
