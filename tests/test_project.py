@@ -62,6 +62,27 @@ def test_benchmark_peers_get_the_fofe_configs_optimizer():
         assert benchmark.spacy_config(args, pipe, False)["training"]["optimizer"] == ours
 
 
+def test_benchmark_peers_get_the_fofe_configs_lexeme_tables(tmp_path):
+    """With fofe_ner's embedding wrapped in LexemeTablesEmbed, the peers' MultiHashEmbed is wrapped the same way."""
+    benchmark = load_benchmark_script()
+    fofe = benchmark.fofe_config(germeval_cnn_args(), False)
+    tok2vec = fofe["components"]["fofe_ner"]["model"]["tok2vec"]
+    words = tok2vec["embed"].get("embed", tok2vec["embed"])
+    tables = {"@architectures": "spacy_fofe.LexemeTablesEmbed.v1", "width": words["width"],
+              "tables": ["lexeme_cluster"], "attrs": ["ORTH"], "rows": [300]}
+    peers = {}
+    for name, embed in (("plain", words), ("tables", {**tables, "embed": words})):
+        tok2vec["embed"] = embed
+        fofe.to_disk(tmp_path / f"{name}.cfg")
+        args = germeval_cnn_args()
+        args.fofe_config = str(tmp_path / f"{name}.cfg")
+        peers[name] = benchmark.spacy_config(args, "spancat", False)["components"]["tok2vec"]["model"]["embed"]
+    assert {key: peers["tables"][key] for key in tables} == tables
+    assert peers["tables"]["embed"] == peers["plain"]
+    assert peers["plain"]["@architectures"] == "spacy.MultiHashEmbed.v2"
+    assert (peers["plain"]["rows"], peers["plain"]["attrs"]) == (words["rows"], words["attrs"])
+
+
 def test_benchmark_trains_every_system_with_the_same_steps_and_cached_reader(tmp_path):
     benchmark = load_benchmark_script()
     args = argparse.Namespace(fofe_config=None, small=True, nested=False, lang="en", max_length=4)
