@@ -340,17 +340,25 @@ def test_training_is_repeatable_with_a_fixed_seed():
     assert run() == run()
 
 
-def test_trains_with_word_dropout_and_saves_the_words_it_knows(tmp_path):
+WORD_DROPOUT_EMBED = {"@architectures": "spacy_fofe.WordDropoutHashEmbed.v1", "width": 32,
+                      "rows": [500, 200, 200, 200], "attrs": ["NORM", "PREFIX", "SUFFIX", "SHAPE"],
+                      "include_static_vectors": False, "word_dropout": 0.2}
+
+
+def overfit_with_tok2vec(nlp, tok2vec):
+    """Add a small fofe_ner with `tok2vec` to `nlp`, train it on NESTED and check it learnt every span."""
     spacy.util.fix_random_seed(0)
-    nlp = spacy.blank("en")
-    tok2vec = {"@architectures": "spacy_fofe.WordDropoutHashEmbed.v1", "width": 32, "rows": [500, 200, 200, 200],
-               "attrs": ["NORM", "PREFIX", "SUFFIX", "SHAPE"], "include_static_vectors": False, "word_dropout": 0.2}
     config = {"model": {**SMALL_MODEL, "tok2vec": tok2vec}, "overlap_rate": 1.0, "disjoint_rate": 1.0,
               "decoding": "longest-first"}
     nlp.add_pipe("fofe_ner", config=config)
     train(nlp, make_examples(nlp, NESTED), steps=300)
     for text, spans in NESTED:
         assert predicted(nlp(text)) == sorted(spans), text
+    return nlp
+
+
+def test_trains_with_word_dropout_and_saves_the_words_it_knows(tmp_path):
+    nlp = overfit_with_tok2vec(spacy.blank("en"), WORD_DROPOUT_EMBED)
     nlp.to_disk(tmp_path / "word_dropout")
     reloaded = spacy.load(tmp_path / "word_dropout")
     # Words never seen in training ("Quillmere", "Zed") are read as the unknown word by both copies.

@@ -4,7 +4,7 @@ import numpy
 import pytest
 import spacy
 from spacy.strings import get_string_id
-from test_component import NESTED, SMALL_MODEL, make_examples, predicted, train
+from test_component import NESTED, WORD_DROPOUT_EMBED, overfit_with_tok2vec, predicted
 
 from spacy_fofe.lexeme_tables import MISSING, LexemeTablesEmbed, lookup_values
 from spacy_fofe.word_dropout import WordDropoutHashEmbed
@@ -94,19 +94,10 @@ def test_missing_tables_and_bad_settings_are_clear_errors():
 
 
 def test_fofe_ner_trains_with_lexeme_tables_and_keeps_them_in_the_model(tmp_path):
-    spacy.util.fix_random_seed(0)
-    nlp = with_tables()
     tok2vec = {"@architectures": "spacy_fofe.LexemeTablesEmbed.v1", "width": 32,
                "tables": ["lexeme_cluster", "lexeme_prob"], "attrs": ["ORTH", "LOWER"], "rows": [50, 20],
-               "embed": {"@architectures": "spacy_fofe.WordDropoutHashEmbed.v1", "width": 32,
-                         "rows": [500, 200, 200, 200], "attrs": ["NORM", "PREFIX", "SUFFIX", "SHAPE"],
-                         "include_static_vectors": False, "word_dropout": 0.2}}
-    config = {"model": {**SMALL_MODEL, "tok2vec": tok2vec}, "overlap_rate": 1.0, "disjoint_rate": 1.0,
-              "decoding": "longest-first"}
-    nlp.add_pipe("fofe_ner", config=config)
-    train(nlp, make_examples(nlp, NESTED), steps=300)
-    for text, spans in NESTED:
-        assert predicted(nlp(text)) == sorted(spans), text
+               "embed": WORD_DROPOUT_EMBED}
+    nlp = overfit_with_tok2vec(with_tables(), tok2vec)
     nlp.to_disk(tmp_path / "lexemes")
     reloaded = spacy.load(tmp_path / "lexemes")
     for name in ("lexeme_cluster", "lexeme_prob"):
