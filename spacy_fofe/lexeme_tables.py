@@ -1,10 +1,10 @@
 """Token features from spaCy's lexeme tables: word classes learnt from unlabelled text.
 
-A name never seen in training is where fofe_ner loses most (GermEval: of the outer spans it
-misses, two thirds are mostly rare one-word names that no prediction overlaps). spaCy's
+A name never seen in training is where fofe_ner loses most (GermEval: two thirds of the
+outer spans it missed overlapped no prediction at all, mostly rare one-word names). spaCy's
 `spacy-lookups-data` package ships, for German, English and Spanish, Brown clusters
-(`lexeme_cluster`) and log frequencies (`lexeme_prob`) of a million words counted on
-Wikipedia: "Merkel", "Schmidt" and "Kutzner" share a cluster that "Tisch" is not in, so an
+(`lexeme_cluster`) and log frequencies (`lexeme_prob`) of a million words, computed on
+unlabelled text: "Merkel", "Schmidt" and "Kutzner" share a cluster that "Tisch" is not in, so an
 unseen surname gets the row of the surnames the training data has.
 
 `LexemeTablesEmbed` adds, to any token embedding, an embedding of each token's table
@@ -119,7 +119,11 @@ def _read_table(vocab, table: str) -> Tuple[numpy.ndarray, numpy.ndarray]:
         data = load_language_data(registry.lookups.get(lang)[table])
         keys = numpy.fromiter((get_string_id(word) for word in data), dtype="uint64", count=len(data))
         raw = list(data.values())
-    values = numpy.floor(numpy.asarray(raw, dtype="float64")).astype("int32")
+    try:
+        values = numpy.floor(numpy.asarray(raw, dtype="float64")).astype("int32")
+    except (TypeError, ValueError):
+        raise ValueError(f"spacy_fofe.LexemeTablesEmbed.v1: the lexeme table {table!r} must map words to numbers "
+                         f"(cluster ids, log frequencies); it holds {type(raw[0]).__name__} values") from None
     return keys, values
 
 

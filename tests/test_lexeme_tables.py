@@ -77,6 +77,10 @@ def test_a_table_in_the_vocab_is_used_before_the_lookups_package():
 def test_missing_tables_and_bad_settings_are_clear_errors():
     with pytest.raises(ValueError, match="spacy-lookups-data"):
         embed(tables=["no_such_table"], rows=[10]).initialize(X=[spacy.blank("en")("a")])
+    words_to_lemmas = spacy.blank("en")
+    words_to_lemmas.vocab.lookups.add_table("lemma_lookup", {"mice": "mouse"})
+    with pytest.raises(ValueError, match="must map words to numbers"):
+        embed(tables=["lemma_lookup"], rows=[10]).initialize(X=[words_to_lemmas("mice")])
     with pytest.raises(ValueError, match="sample docs"):
         embed().initialize()
     with pytest.raises(ValueError, match="one per table"):
