@@ -49,27 +49,22 @@ def fofe_config(args, vectors: bool):
 LEXEME_EMBED = "spacy_fofe.LexemeTablesEmbed.v1"
 
 
-def peer_embedding(fofe, vectors: bool, small: bool) -> dict:
-    """The hash tables (width, attrs, rows) of the fofe_ner config under test, so that the peers
-    embed tokens with the same tables (larger tables lift spancat too); EMBED when it has none."""
-    if not vectors:
-        tok2vec = fofe["components"]["fofe_ner"]["model"]["tok2vec"]
-        embed = tok2vec.get("embed", tok2vec)
-        if embed.get("@architectures") == LEXEME_EMBED:
-            embed = embed["embed"]
-        if all(key in embed for key in ("width", "attrs", "rows")):
-            return {key: embed[key] for key in ("width", "attrs", "rows")}
-    return EMBED if not small else {**EMBED, "width": 64}
-
-
-def peer_lexeme_tables(fofe, embed: dict) -> dict:
-    """spaCy's embed block wrapped in the fofe_ner config's LexemeTablesEmbed (Brown clusters and
-    word frequencies) when it has one, so that the peers see the same external word features."""
+def fofe_embedding(fofe):
+    """(the fofe_ner config's LexemeTablesEmbed settings without its inner embed, or None; the
+    block that embeds the words: the wrapped one, or the tok2vec's embed, or the tok2vec)."""
     tok2vec = fofe["components"]["fofe_ner"]["model"]["tok2vec"]
-    ours = tok2vec.get("embed", {})
-    if ours.get("@architectures") != LEXEME_EMBED:
-        return embed
-    return {**{key: value for key, value in ours.items() if key != "embed"}, "width": embed["width"], "embed": embed}
+    embed = tok2vec.get("embed", tok2vec)
+    if embed.get("@architectures") != LEXEME_EMBED:
+        return None, embed
+    return {key: value for key, value in embed.items() if key != "embed"}, embed["embed"]
+
+
+def peer_embedding(words, vectors: bool, small: bool) -> dict:
+    """The hash tables (width, attrs, rows) of the fofe_ner config's word embedding `words`, so that
+    the peers embed tokens with the same tables (larger tables lift spancat too); EMBED when it has none."""
+    if not vectors and all(key in words for key in ("width", "attrs", "rows")):
+        return {key: words[key] for key in ("width", "attrs", "rows")}
+    return EMBED if not small else {**EMBED, "width": 64}
 
 
 def spacy_config(args, pipe: str, vectors: bool):
@@ -83,11 +78,13 @@ def spacy_config(args, pipe: str, vectors: bool):
     config = Config().from_str(out, interpolate=False)
     fofe = fofe_config(args, vectors)
     model = config["components"]["tok2vec"]["model"]
-    settings = peer_embedding(fofe, vectors, args.small)
+    lexeme_tables, words = fofe_embedding(fofe)
+    settings = peer_embedding(words, vectors, args.small)
     model["embed"].update(settings)
     model["encode"]["width"] = settings["width"]  # spaCy ties the embedding width to the encoder's
     model["embed"]["include_static_vectors"] = vectors
-    model["embed"] = peer_lexeme_tables(fofe, model["embed"])
+    if lexeme_tables:  # the same Brown clusters and word frequencies around spaCy's MultiHashEmbed
+        model["embed"] = {**lexeme_tables, "width": settings["width"], "embed": model["embed"]}
     config["training"]["optimizer"] = dict(fofe["training"]["optimizer"])
     if pipe == "spancat":
         config["components"]["spancat"]["suggester"] = {
