@@ -15,7 +15,7 @@ arrays (12 bytes a word per table), so a trained pipeline needs no lookups packa
 time. A table in the vocab (`[initialize.lookups]`) takes precedence over the package's.
 """
 
-from typing import List, Tuple
+from typing import List, Sequence, Tuple
 
 import numpy
 from spacy.attrs import intify_attr
@@ -26,6 +26,7 @@ from thinc.api import HashEmbed, Maxout, Model, chain, concatenate, list2ragged,
 from thinc.types import Floats2d, Ints2d
 
 MISSING = numpy.iinfo("int32").min  # the value of a word a table does not have: one shared row
+CLUSTER_TABLE = "lexeme_cluster"
 
 
 @registry.architectures("spacy_fofe.LexemeTablesEmbed.v1")
@@ -35,6 +36,7 @@ def LexemeTablesEmbed(
     tables: List[str],
     attrs: List[str],
     rows: List[int],
+    cluster_prefix_bits: Sequence[int] = (),
 ) -> Model[List[Doc], List[Floats2d]]:
     """`embed`'s token vectors plus an embedding of the tokens' entries in spaCy lexeme tables.
 
@@ -42,6 +44,10 @@ def LexemeTablesEmbed(
     tables: names of lexeme tables (e.g. "lexeme_cluster", "lexeme_prob").
     attrs: the token attributes looked up in each table ("ORTH", "LOWER").
     rows: the hash-embedding rows of each table.
+    cluster_prefix_bits: for each k, also embed the first k steps of each word's Brown-cluster path
+        (a coarser word class: the classic 4/6/10-step prefix features). spaCy stores a path
+        reversed as an integer, so its first k steps are the integer's lowest k bits: Berlin (80)
+        and München (848) share their first 7. Needs "lexeme_cluster" in tables; its rows are used.
     """
     name = "spacy_fofe.LexemeTablesEmbed.v1"
     if not tables or not attrs:
@@ -51,16 +57,24 @@ def LexemeTablesEmbed(
     attr_ids = [intify_attr(attr) for attr in attrs]
     if None in attr_ids:
         raise ValueError(f"{name}: unknown token attribute {attrs[attr_ids.index(None)]!r}")
+    if cluster_prefix_bits and CLUSTER_TABLE not in tables:
+        raise ValueError(f"{name}: cluster_prefix_bits needs {CLUSTER_TABLE!r} in tables")
+    if any(not 1 <= bits <= 31 for bits in cluster_prefix_bits):
+        raise ValueError(f"{name}: cluster_prefix_bits must be between 1 and 31, got {cluster_prefix_bits}")
     if embed.has_dim("nO") is True and embed.get_dim("nO") != width:
         raise ValueError(f"{name}: width is {width} but the embed layer's output width is {embed.get_dim('nO')}")
     lookup = Model("lexeme_lookup", _lookup_forward, init=_lookup_init,
-                   attrs={"tables": list(tables), "attr_ids": attr_ids, "keys": [], "values": []})
-    columns = [(t, a) for t in range(len(tables)) for a in range(len(attrs))]
-    embeddings = [HashEmbed(width, rows[t], column=i, seed=101 + i, dropout=0.0) for i, (t, _) in enumerate(columns)]
+                   attrs={"tables": list(tables), "attr_ids": attr_ids, "keys": [], "values": [],
+                          "prefix_bits": list(cluster_prefix_bits)})
+    # The rows of each id column: every (table, attribute) pair, then every (prefix, attribute) pair.
+    cluster_rows = rows[list(tables).index(CLUSTER_TABLE)] if cluster_prefix_bits else 0
+    column_rows = [rows[t] for t in range(len(tables)) for _ in attrs]
+    column_rows += [cluster_rows] * (len(cluster_prefix_bits) * len(attrs))
+    embeddings = [HashEmbed(width, n_rows, column=i, seed=101 + i, dropout=0.0) for i, n_rows in enumerate(column_rows)]
     table_embed = chain(
         lookup,
         list2ragged(),
-        with_array(chain(concatenate(*embeddings), Maxout(width, width * len(columns), nP=3, normalize=True))),
+        with_array(chain(concatenate(*embeddings), Maxout(width, width * len(column_rows), nP=3, normalize=True))),
         ragged2list(),
     )
     return Model("lexeme_tables_embed", _sum_forward, init=_sum_init, layers=[embed, table_embed], dims={"nO": width})
@@ -135,6 +149,11 @@ def lookup_values(keys: numpy.ndarray, values: numpy.ndarray, queries: numpy.nda
     return numpy.where(keys[index] == queries, values[index], MISSING).astype("int32")
 
 
+def cluster_prefixes(clusters: numpy.ndarray, bits: Sequence[int]) -> List[numpy.ndarray]:
+    """For each k in bits, the first k steps of each Brown-cluster path (its lowest k bits), MISSING kept."""
+    return [numpy.where(clusters == MISSING, MISSING, clusters & ((1 << k) - 1)).astype("int32") for k in bits]
+
+
 def _lookup_forward(model: Model, docs: List[Doc], is_train: bool):
     keys, values = model.attrs["keys"], model.attrs["values"]
     if not keys:
@@ -146,8 +165,12 @@ def _lookup_forward(model: Model, docs: List[Doc], is_train: bool):
     # One lookup for the whole batch: concatenate the docs' word hashes, then split the ids.
     words = numpy.concatenate([numpy.asarray(doc.to_array(attr_ids), dtype="uint64").reshape((len(doc), len(attr_ids)))
                                for doc in docs])
-    ids = numpy.stack([lookup_values(k, v, words[:, a]) for k, v in zip(keys, values) for a in range(len(attr_ids))],
-                      axis=1)
+    columns = [lookup_values(k, v, words[:, a]) for k, v in zip(keys, values) for a in range(len(attr_ids))]
+    if model.attrs["prefix_bits"]:
+        first = model.attrs["tables"].index(CLUSTER_TABLE) * len(attr_ids)
+        for a in range(len(attr_ids)):
+            columns.extend(cluster_prefixes(columns[first + a], model.attrs["prefix_bits"]))
+    ids = numpy.stack(columns, axis=1)
     # HashEmbed hashes uint64 ids; the int32 values (negative ones included) map one to one.
     ids = model.ops.asarray2i(ids.astype("int64").view("uint64"), dtype="uint64")
     features: List[Ints2d] = model.ops.xp.split(ids, numpy.cumsum([len(doc) for doc in docs])[:-1].tolist())

@@ -6,7 +6,8 @@ Skipped where thinc finds no CUDA GPU (CI has none); on a GPU machine run `pytes
 import numpy
 import pytest
 import spacy
-from test_component import NESTED, make_examples, predicted, small_pipeline, train
+from test_component import NESTED, make_examples, overfit_with_tok2vec, predicted, small_pipeline, train
+from test_lexeme_tables import LEXEME_TABLES_EMBED, with_tables
 from thinc.api import NumpyOps, get_current_ops, require_cpu, require_gpu
 from thinc.util import has_cupy_gpu
 
@@ -50,21 +51,35 @@ def test_fofe_operations_on_gpu_equal_numpy(gpu_ops):
     assert_same(char_decay(on_gpu[2], on_gpu[3], 3, 0.8, 1, 5), char_decay(starts, ends, 3, 0.8, 1, 5))
 
 
-def test_a_cpu_trained_pipeline_loaded_on_gpu_scores_the_same(gpu_ops, tmp_path):
-    require_cpu()
-    cpu_nlp = small_pipeline()
-    train(cpu_nlp, make_examples(cpu_nlp, NESTED))
-    cpu_nlp.to_disk(tmp_path / "pipeline")
-    texts = [text for text, _ in NESTED]
+def assert_gpu_scores_like_cpu(cpu_nlp, path, texts):
+    """Save a CPU-trained pipeline, load it on the GPU: same fragment scores, same spans."""
+    cpu_nlp.to_disk(path)
     cpu_scores = [cpu_nlp.get_pipe("fofe_ner").predict([cpu_nlp.make_doc(t)])[1] for t in texts]
     cpu_spans = [predicted(doc) for doc in cpu_nlp.pipe(texts)]
     require_gpu(0)
-    gpu_nlp = spacy.load(tmp_path / "pipeline")
+    gpu_nlp = spacy.load(path)
     ner = gpu_nlp.get_pipe("fofe_ner")
     assert not isinstance(ner.model.ops, NumpyOps)
     for text, expected in zip(texts, cpu_scores):
         numpy.testing.assert_allclose(ner.predict([gpu_nlp.make_doc(text)])[1], expected, rtol=1e-4, atol=1e-5)
     assert [predicted(doc) for doc in gpu_nlp.pipe(texts, batch_size=2)] == cpu_spans
+
+
+def test_a_cpu_trained_pipeline_loaded_on_gpu_scores_the_same(gpu_ops, tmp_path):
+    require_cpu()
+    cpu_nlp = small_pipeline()
+    train(cpu_nlp, make_examples(cpu_nlp, NESTED))
+    assert_gpu_scores_like_cpu(cpu_nlp, tmp_path / "pipeline", [text for text, _ in NESTED])
+
+
+def test_lexeme_tables_on_gpu_score_like_cpu_and_train(gpu_ops, tmp_path):
+    """LexemeTablesEmbed looks up on the CPU and hands HashEmbed its ids as a CuPy array."""
+    require_cpu()
+    cpu_nlp = overfit_with_tok2vec(with_tables(), LEXEME_TABLES_EMBED)
+    texts = [text for text, _ in NESTED] + ["Quillmere hired Bob .", ""]
+    assert_gpu_scores_like_cpu(cpu_nlp, tmp_path / "lexemes", texts)
+    gpu_nlp = overfit_with_tok2vec(with_tables(), LEXEME_TABLES_EMBED)  # trains on the GPU
+    assert not isinstance(gpu_nlp.get_pipe("fofe_ner").model.ops, NumpyOps)
 
 
 def test_overfits_a_small_nested_corpus_on_gpu(gpu_ops):

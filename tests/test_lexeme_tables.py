@@ -6,16 +6,20 @@ import spacy
 from spacy.strings import get_string_id
 from test_component import NESTED, WORD_DROPOUT_EMBED, overfit_with_tok2vec, predicted
 
-from spacy_fofe.lexeme_tables import MISSING, LexemeTablesEmbed, lookup_values
+from spacy_fofe.lexeme_tables import MISSING, LexemeTablesEmbed, cluster_prefixes, lookup_values
 from spacy_fofe.word_dropout import WordDropoutHashEmbed
 
 CLUSTERS = {"Ann": 40, "Bob": 40, "Lee": 41, "Toronto": 7, "Paris": 7, "paris": 9, "Quillmere": 7}
 PROBS = {"Ann": -10.2, "ann": -14.7, "the": -3.5, "Paris": -9.0}
+# fofe_ner's tok2vec in the pipeline tests (here and in test_gpu.py): the word-dropout embedding plus both tables.
+LEXEME_TABLES_EMBED = {"@architectures": "spacy_fofe.LexemeTablesEmbed.v1", "width": 32,
+                       "tables": ["lexeme_cluster", "lexeme_prob"], "attrs": ["ORTH", "LOWER"], "rows": [50, 20],
+                       "embed": WORD_DROPOUT_EMBED}
 
 
-def embed(width=16, tables=("lexeme_cluster", "lexeme_prob"), attrs=("ORTH", "LOWER"), rows=(50, 20)):
+def embed(width=16, tables=("lexeme_cluster", "lexeme_prob"), attrs=("ORTH", "LOWER"), rows=(50, 20), prefix_bits=()):
     words = WordDropoutHashEmbed(width=width, attrs=["NORM", "SHAPE"], rows=[100, 50], include_static_vectors=False)
-    return LexemeTablesEmbed(words, width, list(tables), list(attrs), list(rows))
+    return LexemeTablesEmbed(words, width, list(tables), list(attrs), list(rows), list(prefix_bits))
 
 
 def with_tables(lang="en"):
@@ -66,6 +70,18 @@ def test_tokens_get_their_table_entries_by_orth_and_lower():
     assert not numpy.allclose(table_vectors[0], table_vectors[2])
 
 
+def test_cluster_path_prefixes_are_the_lowest_bits_of_the_cluster_id():
+    clusters = numpy.asarray([40, 7, 848, 80, MISSING], dtype="int32")
+    assert [p.tolist() for p in cluster_prefixes(clusters, [2, 7])] == [[0, 3, 0, 0, MISSING], [40, 7, 80, 80, MISSING]]
+    nlp = with_tables()
+    model = embed(tables=["lexeme_prob", "lexeme_cluster"], attrs=["ORTH"], prefix_bits=[2, 3])
+    model.initialize(X=[nlp("Ann")])
+    # columns: (prob, ORTH), (cluster, ORTH), then the cluster's 2- and 3-step prefixes
+    features = lookup_layer(model).predict([nlp("Ann Toronto the")])[0].view("int64").tolist()
+    assert features == [[-11, 40, 0, 0], [MISSING, 7, 3, 7], [-4, MISSING, MISSING, MISSING]]
+    assert model.predict([nlp("Ann Toronto the")])[0].shape == (3, 16)
+
+
 def test_a_table_in_the_vocab_is_used_before_the_lookups_package():
     nlp = spacy.blank("de")
     nlp.vocab.lookups.add_table("lexeme_cluster", {"Tisch": 12345})
@@ -87,6 +103,10 @@ def test_missing_tables_and_bad_settings_are_clear_errors():
         embed(rows=[10])
     with pytest.raises(ValueError, match="unknown token attribute"):
         embed(attrs=["NOT_AN_ATTR"])
+    with pytest.raises(ValueError, match="needs 'lexeme_cluster'"):
+        embed(tables=["lexeme_prob"], rows=[10], prefix_bits=[4])
+    with pytest.raises(ValueError, match="between 1 and 31"):
+        embed(prefix_bits=[0])
     nlp = with_tables()
     wrong_width = LexemeTablesEmbed(embed(width=16).layers[0], 24, ["lexeme_cluster"], ["ORTH"], [10])
     wrong_width.initialize(X=[nlp("Ann")])
@@ -98,10 +118,7 @@ def test_missing_tables_and_bad_settings_are_clear_errors():
 
 
 def test_fofe_ner_trains_with_lexeme_tables_and_keeps_them_in_the_model(tmp_path):
-    tok2vec = {"@architectures": "spacy_fofe.LexemeTablesEmbed.v1", "width": 32,
-               "tables": ["lexeme_cluster", "lexeme_prob"], "attrs": ["ORTH", "LOWER"], "rows": [50, 20],
-               "embed": WORD_DROPOUT_EMBED}
-    nlp = overfit_with_tok2vec(with_tables(), tok2vec)
+    nlp = overfit_with_tok2vec(with_tables(), LEXEME_TABLES_EMBED)
     nlp.to_disk(tmp_path / "lexemes")
     reloaded = spacy.load(tmp_path / "lexemes")
     for name in ("lexeme_cluster", "lexeme_prob"):
@@ -119,3 +136,7 @@ def test_german_clusters_from_spacy_lookups_data_group_surnames():
     model.initialize(X=[nlp("Haus")])
     ids = lookup_layer(model).predict([nlp("Merkel Schmidt Tisch Qxzvbnw")])[0].view("int64")[:, 0].tolist()
     assert ids[0] == ids[1] != ids[2] and ids[3] == MISSING
+    # two cities in different clusters that share the first 7 steps of their paths, unlike a surname
+    berlin, muenchen, merkel = cluster_prefixes(lookup_layer(model).predict([nlp("Berlin München Merkel")])[0][:, 0]
+                                                .view("int64").astype("int32"), [7])[0].tolist()
+    assert berlin == muenchen != merkel
