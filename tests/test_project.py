@@ -85,6 +85,19 @@ def test_benchmark_peers_get_the_fofe_configs_lexeme_tables(tmp_path):
     assert (peers["plain"]["rows"], peers["plain"]["attrs"]) == (words["rows"], words["attrs"])
 
 
+def test_benchmark_stock_peers_are_spacys_configs_as_they_are():
+    """spancat-stock: spaCy's efficiency config, none of fofe_ner's tables or optimizer; only n-grams up to n."""
+    benchmark = load_benchmark_script()
+    args = germeval_cnn_args()
+    stock, ours = (benchmark.spacy_config(args, name, False) for name in ("spancat-stock", "spancat"))
+    assert stock["components"]["tok2vec"]["model"]["embed"]["rows"] == [5000, 1000, 2500, 2500]  # spaCy's
+    assert stock["components"]["tok2vec"]["model"]["embed"] != ours["components"]["tok2vec"]["model"]["embed"]
+    assert (stock["training"]["optimizer"]["L2"], stock["training"]["optimizer"]["use_averages"]) == (0.01, False)
+    assert stock["components"]["spancat"]["suggester"] == ours["components"]["spancat"]["suggester"] == {
+        "@misc": "spacy.ngram_range_suggester.v1", "min_size": 1, "max_size": 7}
+    assert benchmark.spacy_config(args, "ner-stock", False)["nlp"]["pipeline"] == ["tok2vec", "ner"]
+
+
 def test_benchmark_trains_every_system_with_the_same_steps_and_cached_reader(tmp_path):
     benchmark = load_benchmark_script()
     args = argparse.Namespace(fofe_config=None, small=True, nested=False, lang="en", max_length=4)

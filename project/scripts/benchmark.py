@@ -2,7 +2,9 @@
 
 For each system (and each vectors setting) it trains a pipeline (or reuses one already trained
 under OUT/<name>/model-best), every system with the same --max-steps and the same corpus
-reader, spaCy's peers with the hash tables and the optimizer settings of fofe_ner's config;
+reader, spaCy's peers with the hash tables and the optimizer settings of fofe_ner's config
+(the systems `spancat-stock` and `ner-stock` are spaCy's CPU efficiency configs as `spacy init
+config` writes them, only the n-gram sizes and the reader set);
 fofe_ner's decoding is then tuned on dev (`python -m spacy_fofe tune`, into
 OUT/<name>/model-tuned, also reused when present), as the project's own workflows do. It
 measures on the test split, each in a fresh process: P/R/F1 (one scorer for all systems: spans
@@ -67,15 +69,24 @@ def peer_embedding(words, vectors: bool, small: bool) -> dict:
     return EMBED if not small else {**EMBED, "width": 64}
 
 
-def spacy_config(args, pipe: str, vectors: bool):
-    """spaCy's own CPU efficiency config for `pipe`, with fofe_ner's embedding tables (lexeme tables
+STOCK = "-stock"  # suffix of a system trained with spaCy's config as it is ("spancat-stock")
+
+
+def spacy_config(args, system: str, vectors: bool):
+    """spaCy's own CPU efficiency config for `system`, with fofe_ner's embedding tables (lexeme tables
     included) and optimizer (spaCy's init config has weight decay 0.01 and no parameter averaging;
-    our configs average)."""
+    our configs average); for "spancat-stock" and "ner-stock", spaCy's config as it is."""
+    pipe = system.removesuffix(STOCK)
     out = subprocess.run([sys.executable, "-m", "spacy", "init", "config", "-", "--lang", args.lang, "--pipeline", pipe,
                           "--optimize", "efficiency"], capture_output=True, text=True, check=True).stdout
     from thinc.api import Config
 
     config = Config().from_str(out, interpolate=False)
+    if pipe == "spancat":  # spaCy's suggester stops at 3 tokens; every system gets fofe_ner's n
+        config["components"]["spancat"]["suggester"] = {
+            "@misc": "spacy.ngram_range_suggester.v1", "min_size": 1, "max_size": args.max_length}
+    if system.endswith(STOCK):
+        return config
     fofe = fofe_config(args, vectors)
     model = config["components"]["tok2vec"]["model"]
     lexeme_tables, words = fofe_embedding(fofe)
@@ -86,9 +97,6 @@ def spacy_config(args, pipe: str, vectors: bool):
     if lexeme_tables:  # the same Brown clusters and word frequencies around spaCy's MultiHashEmbed
         model["embed"] = {**lexeme_tables, "width": settings["width"], "embed": model["embed"]}
     config["training"]["optimizer"] = dict(fofe["training"]["optimizer"])
-    if pipe == "spancat":
-        config["components"]["spancat"]["suggester"] = {
-            "@misc": "spacy.ngram_range_suggester.v1", "min_size": 1, "max_size": args.max_length}
     return config
 
 
@@ -176,7 +184,8 @@ def main() -> None:
     parser.add_argument("out", nargs="?")
     parser.add_argument("--lang", default="en")
     parser.add_argument("--nested", action="store_true")
-    parser.add_argument("--systems", default="fofe_ner,ner,spancat")
+    parser.add_argument("--systems", default="fofe_ner,ner,spancat",
+                        help="any of fofe_ner, ner, spancat, ner-stock, spancat-stock (spaCy's configs as they are)")
     parser.add_argument("--vectors", default=None, help="spaCy vectors folder; adds a with-vectors run of each")
     parser.add_argument("--vector-systems", default=None, help="systems to run with vectors (default: all)")
     parser.add_argument("--max-steps", type=int, default=3000)
@@ -198,7 +207,7 @@ def main() -> None:
         raise SystemExit(f"vectors {args.vectors} not found: run `spacy project run vectors` first")
     with_vectors = (args.vector_systems or args.systems).split(",")
     runs = [(s, v) for v in settings for s in args.systems.split(",")
-            if not (s == "ner" and args.nested) and (not v or s in with_vectors)]
+            if not (s.removesuffix(STOCK) == "ner" and args.nested) and (not v or s in with_vectors)]
     rows = []
     for system, vectors in tqdm(runs, desc="benchmark", unit="system"):
         name = system + ("-vectors" if vectors else "")
@@ -230,7 +239,7 @@ def write_reports(rows, out: Path, nested: bool) -> None:
     for vectors in (False, True):
         by_system = {r["system"]: r for r in rows if r["vectors"] == vectors}
         fofe = by_system.get("fofe_ner")
-        for peer in ("ner", "spancat"):
+        for peer in ("ner", "spancat", "ner" + STOCK, "spancat" + STOCK):
             if fofe and peer in by_system:
                 p = by_system[peer]
                 lines.append(f"- vectors={'yes' if vectors else 'no'}: fofe_ner vs {peer}: F1 "
