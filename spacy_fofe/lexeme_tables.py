@@ -66,7 +66,7 @@ def LexemeTablesEmbed(
     lookup = Model("lexeme_lookup", _lookup_forward, init=_lookup_init,
                    attrs={"tables": list(tables), "attr_ids": attr_ids, "keys": [], "values": [],
                           "prefix_bits": list(cluster_prefix_bits)})
-    # The rows of each id column: every (table, attribute) pair, then every (prefix, attribute) pair.
+    # The rows of each id column: every (table, attribute) pair, then per attribute each cluster prefix.
     cluster_rows = rows[list(tables).index(CLUSTER_TABLE)] if cluster_prefix_bits else 0
     column_rows = [rows[t] for t in range(len(tables)) for _ in attrs]
     column_rows += [cluster_rows] * (len(cluster_prefix_bits) * len(attrs))
