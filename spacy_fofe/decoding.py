@@ -1,11 +1,15 @@
 """Decoding: turn scored candidate fragments of one doc into (possibly nested) spans.
 
-Plain Python over a short candidate list; no model code. A candidate is
-(start, end, label, score) with `end` exclusive.
+Plain Python over a doc's candidates, no model code. A candidate is (start, end, label,
+score) with `end` exclusive. Every algorithm costs O(C log C) plus O(C * n) for C
+candidates of at most n tokens: a candidate is only ever compared with spans that start
+within n tokens of it, never with all the doc's candidates.
 """
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from typing import Callable, Dict, List, NamedTuple, Sequence, Tuple
+
+from .span_geometry import contains
 
 
 class Candidate(NamedTuple):
@@ -26,12 +30,16 @@ class Level(NamedTuple):
         return candidate.score >= self.label_thresholds.get(candidate.label, self.threshold)
 
 
+def _by_score(candidate: Candidate):
+    # Ties go to the earlier, then the longer fragment, so results do not depend on input order.
+    return -candidate.score, candidate.start, -candidate.end, candidate.label
+
+
 def highest_first(candidates: Sequence[Candidate]) -> List[Candidate]:
     """In descending score, keep each candidate that overlaps no candidate kept so far."""
     kept: List[Candidate] = []
     taken = set()
-    # Ties go to the earlier, then the longer fragment, so results do not depend on input order.
-    for cand in sorted(candidates, key=lambda c: (-c.score, c.start, -c.end, c.label)):
+    for cand in sorted(candidates, key=_by_score):
         tokens = range(cand.start, cand.end)
         if not any(t in taken for t in tokens):
             kept.append(cand)
@@ -69,37 +77,113 @@ def longest_first(candidates: Sequence[Candidate]) -> List[Candidate]:
     return sorted(kept)
 
 
-ALGORITHMS: Dict[str, Callable[[Sequence[Candidate]], List[Candidate]]] = {
+def nesting_aware(candidates: Sequence[Candidate], levels: Sequence["Level"]) -> List[Tuple[Candidate, int]]:
+    """All levels in one pass: in descending score, keep a candidate unless it crosses a kept span.
+
+    Containment is allowed, so an inner span that outscores its container no longer blocks
+    it (the decoding of exhaustive nested NER models). A candidate is also rejected when,
+    with it added, some kept span (it included) would lie deeper than len(levels) or fail
+    the threshold of the level it would then be on. One that fails only its own level's
+    threshold but passes a deeper level's waits, and is tried again when a span kept later
+    contains it. Returns (candidate, depth) pairs.
+    """
+    max_depth = len(levels)
+    pool = sorted((c for c in candidates if any(level.passes(c) for level in levels)), key=_by_score)
+    window = max((c.end - c.start for c in pool), default=0)
+    kept_by_start: Dict[int, List[int]] = {}
+    waiting_by_start: Dict[int, List[int]] = {}
+    depth: Dict[int, int] = {}
+
+    def try_keep(index: int) -> None:
+        cand = pool[index]
+        around = _kept_around(cand, pool, kept_by_start, window)
+        if around is None:
+            return
+        n_ancestors, inside = around
+        if n_ancestors >= max_depth or any(
+            depth[other] + 1 >= max_depth or not levels[depth[other] + 1].passes(pool[other]) for other in inside
+        ):
+            return
+        if not levels[n_ancestors].passes(cand):
+            if any(level.passes(cand) for level in levels[n_ancestors + 1:]):
+                waiting_by_start.setdefault(cand.start, []).append(index)
+            return
+        depth[index] = n_ancestors
+        for other in inside:
+            depth[other] += 1
+        kept_by_start.setdefault(cand.start, []).append(index)
+        retry = [w for start in range(cand.start, cand.end) for w in waiting_by_start.pop(start, ())]
+        for waiting in sorted(retry):  # in score order
+            if pool[waiting].end <= cand.end and pool[waiting][:2] != cand[:2]:
+                try_keep(waiting)
+            else:
+                waiting_by_start.setdefault(pool[waiting].start, []).append(waiting)
+
+    for index in range(len(pool)):
+        try_keep(index)
+    return [(pool[index], d) for index, d in depth.items()]
+
+
+def _kept_around(cand: Candidate, pool: List[Candidate], kept_by_start: Dict[int, List[int]], window: int):
+    """(how many kept spans contain `cand`, the kept spans inside it), or None when it crosses one.
+
+    Only spans starting fewer than `window` tokens before it can overlap it.
+    """
+    bounds = (cand.start, cand.end)
+    n_ancestors, inside = 0, []
+    for start in range(cand.start - window + 1, cand.end):
+        for other in kept_by_start.get(start, ()):
+            other_bounds = (pool[other].start, pool[other].end)
+            if other_bounds[1] <= cand.start:
+                continue  # ends before the candidate begins
+            if contains(other_bounds, bounds):
+                n_ancestors += 1
+            elif contains(bounds, other_bounds):
+                inside.append(other)
+            else:
+                return None  # crosses a kept span, or has its exact bounds
+    return n_ancestors, inside
+
+
+FLAT_ALGORITHMS: Dict[str, Callable[[Sequence[Candidate]], List[Candidate]]] = {
     "highest-first": highest_first,
     "longest-first": longest_first,
 }
+NESTING_AWARE = "nesting-aware"
+ALGORITHMS = (NESTING_AWARE, *FLAT_ALGORITHMS)
 
 
 def decode(candidates: Sequence[Candidate], levels: Sequence[Level]) -> List[Tuple[Candidate, int]]:
-    """Decode the outer level, then each kept span's inside with the next level, and so on.
+    """Decode a doc's candidates with one Level per nesting depth (len(levels) is the maximum).
 
     Returns (candidate, depth) pairs, depth 0 being the outer level, sorted by position.
-    One level gives flat output; len(levels) is the maximum nesting depth.
+    A flat algorithm decodes its level, then each kept span's inside with the next level
+    (the paper's level-by-level decoding); "nesting-aware" decodes its level and all
+    deeper ones at once. One level gives flat output.
     """
     for level in levels:
         if level.algorithm not in ALGORITHMS:
-            raise ValueError(f"Unknown decoding algorithm {level.algorithm!r}; use one of {sorted(ALGORITHMS)}")
+            raise ValueError(f"Unknown decoding algorithm {level.algorithm!r}; use one of {list(ALGORITHMS)}")
+    by_start = sorted(candidates, key=lambda c: (c.start, c.end))
+    starts = [c.start for c in by_start]
     found: List[Tuple[Candidate, int]] = []
-    _decode_level(list(candidates), levels, 0, found)
+
+    def decode_level(pool: List[Candidate], depth: int) -> None:
+        level = levels[depth]
+        if level.algorithm == NESTING_AWARE:
+            found.extend((c, depth + d) for c, d in nesting_aware(pool, levels[depth:]))
+            return
+        for span in FLAT_ALGORITHMS[level.algorithm]([c for c in pool if level.passes(c)]):
+            found.append((span, depth))
+            if depth + 1 < len(levels):
+                # Candidates inside a span start inside it: a slice of the sorted list, not a scan.
+                lo, hi = bisect_left(starts, span.start), bisect_left(starts, span.end)
+                inside = [c for c in by_start[lo:hi] if contains((span.start, span.end), (c.start, c.end))]
+                if inside:
+                    decode_level(inside, depth + 1)
+
+    decode_level(by_start, 0)
     return sorted(found, key=lambda item: (item[0].start, -item[0].end, item[1]))
-
-
-def _decode_level(candidates, levels, depth, found):
-    level = levels[depth]
-    for span in ALGORITHMS[level.algorithm]([c for c in candidates if level.passes(c)]):
-        found.append((span, depth))
-        if depth + 1 < len(levels):
-            inside = [
-                c for c in candidates
-                if span.start <= c.start and c.end <= span.end and (c.start, c.end) != (span.start, span.end)
-            ]
-            if inside:
-                _decode_level(inside, levels, depth + 1, found)
 
 
 def levels_from(cfg: Dict) -> List[Level]:

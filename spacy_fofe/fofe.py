@@ -47,18 +47,29 @@ def prefix_fofe(x: Floats2d, lengths: Ints1d, alpha: float, reverse: bool = Fals
         return z
     from_start, to_end = segment_positions(xp.asarray(lengths))
     dist = to_end if reverse else from_start
-    longest = int(xp.asarray(lengths).max())
-    step, decay = 1, float(alpha)
-    while step < longest and decay / (1.0 - alpha) >= NEGLIGIBLE:
+    for step, decay in scan_steps(alpha, int(xp.asarray(lengths).max())):
         if reverse:
             mask = (dist[:-step] >= step).astype(z.dtype)[:, None]
             z[:-step] += (decay * z[step:]) * mask
         else:
             mask = (dist[step:] >= step).astype(z.dtype)[:, None]
             z[step:] += (decay * z[:-step]) * mask
+    return z
+
+
+def scan_steps(alpha: float, longest: int):
+    """The (step, alpha ** step) pairs of `prefix_fofe`'s scan over sequences of at most `longest` rows."""
+    step, decay = 1, float(alpha)
+    while step < longest and decay / (1.0 - alpha) >= NEGLIGIBLE:
+        yield step, decay
         step *= 2
         decay *= decay
-    return z
+
+
+def scan_reach(alpha: float) -> int:
+    """How many rows back (or ahead) a prefix code reads, however long the sequence: a code
+    computed on a window that starts this many rows earlier equals the whole sequence's."""
+    return sum(step for step, _ in scan_steps(alpha, 2**62))
 
 
 def prefix_fofe_backward(d_codes: Floats2d, lengths: Ints1d, alpha: float, reverse: bool = False) -> Floats2d:

@@ -49,7 +49,7 @@ SOURCES = {
 @registry.architectures("spacy_fofe.FOFENER.v1")
 def build_fofe_ner_model(
     tok2vec: Model[List[Doc], List[Floats2d]],
-    hidden_width: int = 256,
+    hidden_width: int = 128,
     depth: int = 2,
     dropout: float = 0.2,
     word_alpha: float = 0.5,
@@ -94,8 +94,24 @@ def build_fofe_ner_model(
         dims={"nO": nO, "nI": None, "nH": hidden_width, "nC": char_width if char_fofe else 0},
         attrs={"groups": groups, "word_alpha": word_alpha, "char_alpha": char_alpha,
                "n_char_buckets": n_char_buckets, "dropout_rate": dropout,
-               "chunk_cells": 2**20},
+               "chunk_cells": 2**20, "context_tokens": _context_tokens(groups, word_alpha, char_alpha)},
     )
+
+
+# Tokens of context a tok2vec is assumed to read on each side (a CNN's depth x window_size).
+TOK2VEC_REACH = 64
+
+
+def _context_tokens(groups: List[str], word_alpha: float, char_alpha: float) -> int:
+    """How many tokens beyond a fragment its scores depend on: the FOFE scans' reach (a
+    token has at least one character) plus the tok2vec's. Scoring a long doc in windows
+    with this much context each side gives the scores of the whole doc."""
+    reach = 0
+    if "left_context" in groups or "right_context" in groups:
+        reach = fofe.scan_reach(word_alpha)
+    if "char_fofe" in groups:
+        reach = max(reach, fofe.scan_reach(char_alpha))
+    return reach + TOK2VEC_REACH
 
 
 def _check_range(name, value, low, high, closed=True):

@@ -8,6 +8,8 @@ from spacy.tokens import Doc
 from spacy.training import Example
 from spacy.util import registry
 
+from .span_geometry import bounds_of, nested_flags
+
 
 def gold_spans(doc: Doc, spans_key: str):
     """The spans of `doc` under `spans_key`, or its entities when it has no such group.
@@ -55,8 +57,7 @@ def span_levels(doc: Doc, spans_key: str, predicted: bool) -> List[Set[Tuple[int
         return levels
     depths = doc.spans[spans_key].attrs.get("depths") if spans_key in doc.spans else None
     if depths is None or len(depths) != len(spans):
-        depths = [int(any(o.start <= s.start and s.end <= o.end and (o.start, o.end) != (s.start, s.end)
-                          for o in spans)) for s in spans]
+        depths = [int(flag) for flag in nested_flags(bounds_of(spans))]
     levels: List[Set[Tuple[int, int, str]]] = [set(), set()]
     for span, depth in zip(spans, depths):
         levels[min(depth, 1)].add((span.start, span.end, span.label_))

@@ -40,9 +40,7 @@ def small_pipeline():
     """A blank English pipeline with a small, untrained fofe_ner, the random seed fixed."""
     spacy.util.fix_random_seed(0)
     nlp = spacy.blank("en")
-    # Outer level longest-first: highest-first would let a confident inner span (Toronto)
-    # block the span that contains it (University of Toronto).
-    config = {"model": SMALL_MODEL, "overlap_rate": 1.0, "disjoint_rate": 1.0, "decoding": "longest-first"}
+    config = {"model": SMALL_MODEL, "overlap_rate": 1.0, "disjoint_rate": 1.0}
     nlp.add_pipe("fofe_ner", config=config)
     return nlp
 
@@ -75,6 +73,21 @@ def test_overfits_a_small_nested_corpus(trained):
         assert predicted(doc) == sorted(spans), text
         assert sorted((e.start, e.end, e.label_) for e in doc.ents) == sorted(outer_level(spans))
         assert len(doc.spans["sc"].attrs["scores"]) == len(spans)
+
+
+def test_factory_defaults_find_every_outer_and_inner_span():
+    # Inner spans (Toronto, Paris) are learnt with more confidence than the ORGs around them;
+    # the default decoding must keep both levels without any setting or tuning.
+    spacy.util.fix_random_seed(0)
+    nlp = spacy.blank("en")
+    ner = nlp.add_pipe("fofe_ner")
+    train(nlp, make_examples(nlp, NESTED), steps=150)
+    assert ner.cfg["nested"] is True and ner.cfg["decoding"] == "nesting-aware"
+    for text, spans in NESTED:
+        doc = nlp(text)
+        assert predicted(doc) == sorted(spans), text
+        depths = {(s.start, s.end): d for s, d in zip(doc.spans["sc"], doc.spans["sc"].attrs["depths"])}
+        assert depths == {(s, e): int((s, e, label) not in outer_level(spans)) for s, e, label in spans}
 
 
 def test_evaluate_reports_span_scores_under_the_key(trained):
@@ -116,6 +129,22 @@ def test_very_long_doc_and_long_token(trained):
     assert len(doc) == 2 and "sc" in doc.spans
 
 
+def test_long_docs_are_scored_in_windows_with_the_scores_of_the_whole_doc(trained, monkeypatch):
+    from spacy_fofe import component
+
+    ner = trained.get_pipe("fofe_ner")
+    doc = trained.make_doc(" ".join(text for text, _ in NESTED * 40))
+    short = trained.make_doc(NESTED[0][0])
+    _, whole = ner.predict([short, doc])
+    spans_whole = predicted(trained(doc.copy()))
+    monkeypatch.setattr(component, "WINDOW_TOKENS", 300)
+    assert len(doc) > 4 * 300 and ner._window_margin() < 300
+    fragments, windowed = ner.predict([short, doc, trained.make_doc("")])
+    numpy.testing.assert_allclose(windowed, whole, atol=1e-5)
+    assert len(fragments) == len(whole)
+    assert predicted(trained(doc.copy())) == spans_whole
+
+
 def test_pipe_with_two_processes_and_mixed_batches(trained):
     texts = ["", "Ann Lee lives in Toronto .", " ", "Bob visited Paris and Toronto ."] * 3
     single = [predicted(d) for d in trained.pipe(texts, batch_size=1)]
@@ -128,6 +157,9 @@ def test_settings_changed_after_training_take_effect(trained):
     text = NESTED[0][0]
     try:
         ner.cfg["nested"] = False
+        # Flat nesting-aware decoding is highest-first: the surer inner LOC wins the outer slot ...
+        assert predicted(trained(text)) == [(3, 4, "LOC"), (5, 7, "PER")]
+        ner.cfg["decoding"] = "longest-first"  # ... and longest-first keeps the ORG.
         assert predicted(trained(text)) == [(1, 4, "ORG"), (5, 7, "PER")]
         per_score = trained(text).spans["sc"].attrs["scores"][-1]
         assert per_score < 1.0
@@ -136,7 +168,7 @@ def test_settings_changed_after_training_take_effect(trained):
         ner.cfg["spans_key"] = "entities"
         assert predicted(trained(text), "entities") == [(1, 4, "ORG")]
     finally:
-        ner.cfg.update({"nested": True, "label_thresholds": {}, "spans_key": "sc"})
+        ner.cfg.update({"nested": True, "decoding": "nesting-aware", "label_thresholds": {}, "spans_key": "sc"})
 
 
 def test_existing_entities_are_kept_or_overwritten_as_configured(trained):
@@ -248,7 +280,6 @@ maxout_pieces = 3
 
 [components.fofe_ner]
 factory = "fofe_ner"
-decoding = "longest-first"
 overlap_rate = 1.0
 disjoint_rate = 1.0
 
@@ -348,8 +379,7 @@ WORD_DROPOUT_EMBED = {"@architectures": "spacy_fofe.WordDropoutHashEmbed.v1", "w
 def overfit_with_tok2vec(nlp, tok2vec):
     """Add a small fofe_ner with `tok2vec` to `nlp`, train it on NESTED and check it learnt every span."""
     spacy.util.fix_random_seed(0)
-    config = {"model": {**SMALL_MODEL, "tok2vec": tok2vec}, "overlap_rate": 1.0, "disjoint_rate": 1.0,
-              "decoding": "longest-first"}
+    config = {"model": {**SMALL_MODEL, "tok2vec": tok2vec}, "overlap_rate": 1.0, "disjoint_rate": 1.0}
     nlp.add_pipe("fofe_ner", config=config)
     train(nlp, make_examples(nlp, NESTED), steps=300)
     for text, spans in NESTED:

@@ -1,11 +1,16 @@
 """Decoding on hand-made candidate tables."""
 
+import random
+import time
+
 import pytest
 
 from spacy_fofe.decoding import Candidate, Level, decode, highest_first, longest_first
+from spacy_fofe.span_geometry import contains, crosses, nested_flags
 
 HF = Level("highest-first", 0.5)
 LF = Level("longest-first", 0.5)
+NA = Level("nesting-aware", 0.5)
 
 
 def spans(decoded):
@@ -169,3 +174,171 @@ def test_tuning_leaves_a_label_threshold_alone_when_the_gain_is_tiny():
     assert tuned["label_thresholds"] == {} and after == before
     tuned, before, after = tune_decoding(candidates, gold, dict(cfg), ["A", "B"], min_gain=0.0)
     assert tuned["label_thresholds"]["B"] <= 0.45 and after == 1.0
+
+
+# ----- nesting-aware decoding ---------------------------------------------------------------
+
+
+def test_nesting_aware_keeps_a_container_that_scores_below_its_inner_span():
+    # The Bank of [England]: LOC scores 1.0, the ORG around it 0.9. Highest-first lets the
+    # LOC take the outer slot and drops the ORG; nesting-aware keeps both.
+    cands = [Candidate(1, 4, "ORG", 0.9), Candidate(3, 4, "LOC", 1.0), Candidate(0, 1, "PER", 0.3)]
+    assert spans(decode(cands, [NA, NA])) == [(1, 4, "ORG", 0), (3, 4, "LOC", 1)]
+    assert spans(decode(cands, [HF, HF])) == [(3, 4, "LOC", 0)]
+
+
+def test_nesting_aware_resolves_crossing_candidates_by_score():
+    cands = [Candidate(0, 3, "A", 0.7), Candidate(2, 5, "B", 0.8), Candidate(4, 6, "C", 0.75)]
+    # B beats A (crossing); C crosses B and scores lower: only B.
+    assert spans(decode(cands, [NA, NA])) == [(2, 5, "B", 0)]
+    cands[1] = Candidate(2, 5, "B", 0.6)
+    assert spans(decode(cands, [NA, NA])) == [(0, 3, "A", 0), (4, 6, "C", 0)]
+
+
+def test_nesting_aware_honours_max_depth():
+    cands = [Candidate(0, 5, "A", 0.6), Candidate(1, 4, "B", 0.7), Candidate(2, 3, "C", 0.9)]
+    assert spans(decode(cands, [NA, NA, NA])) == [(0, 5, "A", 0), (1, 4, "B", 1), (2, 3, "C", 2)]
+    # Two levels: C and B come first (C at depth 1 inside B); A would push C to depth 2.
+    assert spans(decode(cands, [NA, NA])) == [(1, 4, "B", 0), (2, 3, "C", 1)]
+    # One level: flat, the same as highest-first.
+    assert spans(decode(cands, [NA])) == [(2, 3, "C", 0)] == spans(decode(cands, [HF]))
+
+
+def test_nesting_aware_applies_each_levels_thresholds_at_the_final_depth():
+    cands = [Candidate(0, 4, "ORG", 0.9), Candidate(2, 4, "LOC", 0.6), Candidate(5, 6, "LOC", 0.6)]
+    inner_strict = [NA, Level("nesting-aware", 0.7)]
+    # LOC(2, 4) is inner (needs 0.7); LOC(5, 6) is outer (needs 0.5).
+    assert spans(decode(cands, inner_strict)) == [(0, 4, "ORG", 0), (5, 6, "LOC", 0)]
+    # An inner span kept first is not pushed down a level whose threshold it fails.
+    cands = [Candidate(0, 4, "ORG", 0.55), Candidate(2, 4, "LOC", 0.6)]
+    assert spans(decode(cands, inner_strict)) == [(2, 4, "LOC", 0)]
+    per_label = [Level("nesting-aware", 0.5, {"LOC": 0.95}), Level("nesting-aware", 0.5)]
+    assert spans(decode(cands, per_label)) == [(0, 4, "ORG", 0), (2, 4, "LOC", 1)]
+    # A candidate below the outer threshold is kept inside a span that passes it.
+    low_inner = [Level("nesting-aware", 0.8), Level("nesting-aware", 0.3)]
+    cands = [Candidate(0, 4, "ORG", 0.9), Candidate(2, 4, "LOC", 0.4), Candidate(6, 7, "LOC", 0.4)]
+    assert spans(decode(cands, low_inner)) == [(0, 4, "ORG", 0), (2, 4, "LOC", 1)]
+
+
+def test_nesting_aware_same_bounds_and_ties_are_deterministic():
+    same = [Candidate(0, 2, "A", 0.9), Candidate(0, 2, "B", 0.8)]
+    assert spans(decode(same, [NA, NA])) == [(0, 2, "A", 0)]
+    # Equal scores: the earlier, then the longer candidate goes first, whatever the input order.
+    tie = [Candidate(1, 3, "B", 0.8), Candidate(0, 2, "A", 0.8), Candidate(0, 3, "C", 0.8)]
+    expected = [(0, 3, "C", 0), (0, 2, "A", 1)]
+    for order in ([0, 1, 2], [2, 1, 0], [1, 2, 0]):
+        assert spans(decode([tie[i] for i in order], [NA, NA])) == expected
+
+
+def test_a_flat_outer_level_can_be_followed_by_nesting_aware_inner_levels():
+    cands = [Candidate(0, 6, "A", 0.9), Candidate(1, 5, "B", 0.6), Candidate(2, 3, "C", 0.95)]
+    assert spans(decode(cands, [LF, NA, NA])) == [(0, 6, "A", 0), (1, 5, "B", 1), (2, 3, "C", 2)]
+    assert spans(decode(cands, [LF, HF, HF])) == [(0, 6, "A", 0), (2, 3, "C", 1)]
+
+
+def random_candidates(rng, n_tokens, max_length=5, per_token=3):
+    cands = []
+    for _ in range(n_tokens * per_token):
+        start = rng.randrange(n_tokens)
+        end = min(n_tokens, start + rng.randint(1, max_length))
+        cands.append(Candidate(start, end, rng.choice("ABC"), round(rng.random(), 3)))
+    return cands
+
+
+def brute_force_nesting_aware(cands, levels):
+    """The nesting-aware rule written as plainly as possible (quadratic), for comparison."""
+    pool = sorted((c for c in cands if any(lv.passes(c) for lv in levels)),
+                  key=lambda c: (-c.score, c.start, -c.end, c.label))
+    kept, waiting = [], []
+
+    def depth_in(spans, span):
+        return sum(contains((o.start, o.end), (span.start, span.end)) for o in spans)
+
+    def try_keep(cand):
+        nonlocal kept
+        bounds = [(c.start, c.end) for c in kept]
+        if any(crosses((cand.start, cand.end), b) for b in bounds):
+            return
+        trial = kept + [cand]
+        if any(depth_in(trial, c) >= len(levels) or not levels[depth_in(trial, c)].passes(c) for c in kept):
+            return
+        d = depth_in(trial, cand)
+        if d < len(levels) and levels[d].passes(cand):
+            kept = trial
+            for w in sorted(waiting, key=pool.index):
+                if contains((cand.start, cand.end), (w.start, w.end)):
+                    waiting.remove(w)
+                    try_keep(w)
+        elif any(lv.passes(cand) for lv in levels[d + 1:]):
+            waiting.append(cand)
+
+    for cand in pool:
+        try_keep(cand)
+    return sorted((c, depth_in(kept, c)) for c in kept)
+
+
+def test_nesting_aware_matches_the_plain_rule_on_random_tables():
+    rng = random.Random(0)
+    for trial in range(200):
+        cands = random_candidates(rng, rng.randint(1, 30))
+        levels = [Level("nesting-aware", rng.choice([0.3, 0.5]), {"A": rng.choice([0.2, 0.6])})] + [
+            Level("nesting-aware", rng.choice([0.2, 0.4, 0.7]))] * rng.randint(0, 2)
+        assert sorted(decode(cands, levels)) == brute_force_nesting_aware(cands, levels), trial
+
+
+def test_level_by_level_decoding_keeps_its_old_answers_on_random_tables():
+    def old_decode(candidates, levels):  # the recursion as it was: scan every candidate per kept span
+        algorithms = {"highest-first": highest_first, "longest-first": longest_first}
+        found = []
+
+        def level(cands, depth):
+            for span in algorithms[levels[depth].algorithm]([c for c in cands if levels[depth].passes(c)]):
+                found.append((span, depth))
+                if depth + 1 < len(levels):
+                    inside = [c for c in cands if span.start <= c.start and c.end <= span.end
+                              and (c.start, c.end) != (span.start, span.end)]
+                    if inside:
+                        level(inside, depth + 1)
+        level(list(candidates), 0)
+        return sorted(found, key=lambda item: (item[0].start, -item[0].end, item[1]))
+
+    rng = random.Random(1)
+    for trial in range(200):
+        cands = random_candidates(rng, rng.randint(1, 30))
+        levels = [rng.choice([HF, LF])] + [rng.choice([HF, LF, Level("highest-first", 0.3)])] * rng.randint(0, 2)
+        assert decode(cands, levels) == old_decode(cands, levels), trial
+
+
+def dense_candidates(n_tokens, max_length=7):
+    """Every fragment of up to max_length tokens, with scores that keep many spans at all depths."""
+    rng = random.Random(2)
+    return [Candidate(s, s + k, "AB"[k % 2], rng.random()) for s in range(n_tokens)
+            for k in range(1, max_length + 1) if s + k <= n_tokens]
+
+
+def best_time(candidates, levels, repeat=3):
+    times = []
+    for _ in range(repeat):
+        begin = time.perf_counter()
+        decode(candidates, levels)
+        times.append(time.perf_counter() - begin)
+    return min(times)
+
+
+def test_decoding_time_grows_linearly_with_the_candidates():
+    # 2,000 and 20,000 candidates; the quadratic inner-level scan took over 100x the time.
+    small, large = dense_candidates(2000 // 7), dense_candidates(20000 // 7)
+    levels = {"nesting-aware": [Level("nesting-aware", 0.2)] * 3,
+              "highest-first": [Level("highest-first", 0.2)] + [Level("highest-first", 0.1)] * 2,
+              "longest-first": [Level("longest-first", 0.2)] + [Level("highest-first", 0.1)] * 2}
+    for name, lv in levels.items():
+        ratio = best_time(large, lv) / best_time(small, lv)
+        assert ratio < 25, (name, ratio)
+
+
+def test_span_geometry():
+    assert contains((0, 3), (1, 2)) and contains((0, 3), (0, 3 - 1)) and not contains((0, 3), (0, 3))
+    assert crosses((0, 3), (2, 5)) and crosses((1, 2), (1, 2)) and not crosses((0, 3), (1, 2))
+    assert not crosses((0, 2), (2, 4))
+    bounds = [(0, 5), (1, 3), (1, 3), (6, 7), (6, 8), (2, 9)]
+    assert nested_flags(bounds) == [False, True, True, True, True, False]
