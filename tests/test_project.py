@@ -107,3 +107,37 @@ def test_benchmark_trains_every_system_with_the_same_steps_and_cached_reader(tmp
         corpora = registry.resolve(config.interpolate()["corpora"])
         assert isinstance(corpora["train"], CachedCorpus) and isinstance(corpora["dev"], CachedCorpus)
         assert config["training"]["max_steps"] == 123
+
+
+def test_long_docs_benchmark_writes_both_sweeps(tmp_path):
+    import spacy
+    from spacy.tokens import DocBin, Span
+    from spacy.training import Example
+
+    spacy.util.fix_random_seed(0)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("fofe_ner", config={"model": {"hidden_width": 32, "tok2vec": {"width": 32}}})
+    texts = [("Ann Lee lives in Paris .", [(0, 2, "PER"), (4, 5, "LOC")]), ("Bob saw Rome .", [(0, 1, "PER")])]
+    examples, corpus = [], DocBin()
+    for text, spans in texts:
+        reference = nlp.make_doc(text)
+        reference.spans["sc"] = [Span(reference, s, e, label) for s, e, label in spans]
+        examples.append(Example(nlp.make_doc(text), reference))
+        corpus.add(reference)
+    optimizer = nlp.initialize(lambda: examples)
+    for _ in range(150):
+        nlp.update(examples, sgd=optimizer)
+    nlp.to_disk(tmp_path / "model")
+    corpus.to_disk(tmp_path / "text.spacy")
+    subprocess.run([sys.executable, str(ROOT / "project" / "scripts" / "long_docs.py"), str(tmp_path / "model"),
+                    str(tmp_path / "text.spacy"), str(tmp_path / "out"), "--lengths", "10,100", "--ns", "1,3",
+                    "--n-tokens", "50"], check=True)
+    rows = json.loads((tmp_path / "out" / "long_docs.json").read_text())["rows"]
+    lengths = {(r["mode"], r["tokens"]): r for r in rows if r["sweep"] == "length"}
+    assert set(lengths) == {(m, t) for m in ("one doc", "sentences") for t in (10, 100)}
+    # 100 tokens of this text hold 30 names, which the model finds in its training sentences; in one
+    # doc the context runs across sentences, which it was not trained on, so it finds some of them.
+    assert lengths[("sentences", 100)]["spans"] == 30 and lengths[("one doc", 100)]["spans"] > 0
+    assert sorted(r["max_length"] for r in rows if r["sweep"] == "n") == [1, 3]
+    assert all(r["words_per_sec"] > 0 and r["peak_rss_mb"] > 0 for r in rows)
+    assert "| 100 |" in (tmp_path / "out" / "long_docs.md").read_text()
