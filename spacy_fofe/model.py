@@ -3,7 +3,7 @@
 Input is (docs, fragments) with fragments an (F, 3) int array of (doc index, start, end);
 output is a (F, n_labels + 1) array of probabilities, column 0 being NONE.
 
-The first layer is computed on positions, not on fragments (DESIGN.md section 3): every
+The first layer is computed on positions, not on fragments (docs/architecture.md, section 4): every
 fragment feature is a prefix code read at one of the fragment's boundaries (or the mean of
 its rows), and the first layer is linear, so each code array is projected once (N rows) and
 a fragment's pre-activation is a sum of a few projected rows laid out on the (N, n) grid

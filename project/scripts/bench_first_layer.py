@@ -1,4 +1,4 @@
-"""Time the two ways of computing the FOFE first layer (DESIGN.md section 3), forward + backward.
+"""Time the two ways of computing the FOFE first layer (docs/architecture.md, section 4), forward + backward.
 
 "positions": project each prefix-code array once (N rows), then sum projected rows on the
 fragment grid (what spacy_fofe.model does). "fragments": build every fragment's feature
