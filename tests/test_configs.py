@@ -6,7 +6,8 @@ import numpy
 import pytest
 import spacy
 from spacy.util import load_model_from_config
-from test_component import NESTED, make_examples, outer_level, predicted
+
+from helpers import NESTED, make_examples, outer_level, predicted
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.cfg"))
 # The outer level of NESTED: what the flat (CoNLL) configs are made for.
@@ -17,6 +18,7 @@ def test_the_configs_folder_is_found():
     assert len(CONFIGS) >= 5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
 def test_config_builds_initializes_and_overfits_a_few_docs(path):
     nlp = load_model_from_config(spacy.util.load_config(path), auto_fill=True, validate=True)

@@ -6,22 +6,23 @@ Skipped where thinc finds no CUDA GPU (CI has none); on a GPU machine run `pytes
 import numpy
 import pytest
 import spacy
-from test_component import NESTED, make_examples, overfit_with_tok2vec, predicted, small_pipeline, train
-from test_lexeme_tables import LEXEME_TABLES_EMBED, with_tables
-from thinc.api import NumpyOps, get_current_ops, require_cpu, require_gpu
+from thinc.api import NumpyOps, require_cpu, require_gpu
 from thinc.util import has_cupy_gpu
 
 from spacy_fofe.fofe import GRID_OPS, char_boundary_codes, char_decay, prefix_fofe, prefix_fofe_backward
 
+from helpers import (
+    LEXEME_TABLES_EMBED,
+    NESTED,
+    make_examples,
+    overfit_with_tok2vec,
+    predicted,
+    small_pipeline,
+    train,
+    with_tables,
+)
+
 pytestmark = pytest.mark.skipif(not has_cupy_gpu, reason="needs a CUDA GPU and cupy")
-
-
-@pytest.fixture
-def gpu_ops():
-    """Select the GPU for the test and give the CPU back afterwards, so other tests stay on numpy."""
-    require_gpu(0)
-    yield get_current_ops()
-    require_cpu()
 
 
 def assert_same(gpu_array, cpu_array):

@@ -4,29 +4,16 @@ import numpy
 import pytest
 import spacy
 from spacy.strings import get_string_id
-from test_component import NESTED, WORD_DROPOUT_EMBED, overfit_with_tok2vec, predicted
 
 from spacy_fofe.lexeme_tables import MISSING, LexemeTablesEmbed, cluster_prefixes, lookup_values
 from spacy_fofe.word_dropout import WordDropoutHashEmbed
 
-CLUSTERS = {"Ann": 40, "Bob": 40, "Lee": 41, "Toronto": 7, "Paris": 7, "paris": 9, "Quillmere": 7}
-PROBS = {"Ann": -10.2, "ann": -14.7, "the": -3.5, "Paris": -9.0}
-# fofe_ner's tok2vec in the pipeline tests (here and in test_gpu.py): the word-dropout embedding plus both tables.
-LEXEME_TABLES_EMBED = {"@architectures": "spacy_fofe.LexemeTablesEmbed.v1", "width": 32,
-                       "tables": ["lexeme_cluster", "lexeme_prob"], "attrs": ["ORTH", "LOWER"], "rows": [50, 20],
-                       "embed": WORD_DROPOUT_EMBED}
+from helpers import LEXEME_TABLES_EMBED, NESTED, overfit_with_tok2vec, predicted, with_tables
 
 
 def embed(width=16, tables=("lexeme_cluster", "lexeme_prob"), attrs=("ORTH", "LOWER"), rows=(50, 20), prefix_bits=()):
     words = WordDropoutHashEmbed(width=width, attrs=["NORM", "SHAPE"], rows=[100, 50], include_static_vectors=False)
     return LexemeTablesEmbed(words, width, list(tables), list(attrs), list(rows), list(prefix_bits))
-
-
-def with_tables(lang="en"):
-    nlp = spacy.blank(lang)
-    nlp.vocab.lookups.add_table("lexeme_cluster", CLUSTERS)
-    nlp.vocab.lookups.add_table("lexeme_prob", PROBS)
-    return nlp
 
 
 def lookup_layer(model):

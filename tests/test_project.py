@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from spacy.util import registry
 
 from spacy_fofe.corpus import CachedCorpus
@@ -15,6 +16,7 @@ from spacy_fofe.corpus import CachedCorpus
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_demo_workflow_runs_end_to_end(tmp_path):
     # The project reads ../configs, so copy both side by side.
     shutil.copytree(ROOT / "project", tmp_path / "project", ignore=shutil.ignore_patterns(
@@ -98,6 +100,7 @@ def test_benchmark_stock_peers_are_spacys_configs_as_they_are():
     assert benchmark.spacy_config(args, "ner-stock", False)["nlp"]["pipeline"] == ["tok2vec", "ner"]
 
 
+@pytest.mark.slow
 def test_benchmark_trains_every_system_with_the_same_steps_and_cached_reader(tmp_path):
     benchmark = load_benchmark_script()
     args = argparse.Namespace(fofe_config=None, small=True, nested=False, lang="en", max_length=4)
@@ -109,6 +112,7 @@ def test_benchmark_trains_every_system_with_the_same_steps_and_cached_reader(tmp
         assert config["training"]["max_steps"] == 123
 
 
+@pytest.mark.slow
 def test_long_docs_benchmark_writes_both_sweeps(tmp_path):
     import spacy
     from spacy.tokens import DocBin, Span
