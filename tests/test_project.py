@@ -31,7 +31,10 @@ def test_demo_workflow_runs_end_to_end(tmp_path):
 
 
 def load_benchmark_script():
-    """project/scripts is not a package: load benchmark.py by path."""
+    """project/scripts is not a package: load benchmark.py by path (with its folder importable, as a script has)."""
+    scripts = str(ROOT / "project" / "scripts")
+    if scripts not in sys.path:
+        sys.path.append(scripts)
     spec = importlib.util.spec_from_file_location("benchmark", ROOT / "project" / "scripts" / "benchmark.py")
     benchmark = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(benchmark)
@@ -135,7 +138,7 @@ def test_long_docs_benchmark_writes_both_sweeps(tmp_path):
     corpus.to_disk(tmp_path / "text.spacy")
     subprocess.run([sys.executable, str(ROOT / "project" / "scripts" / "long_docs.py"), str(tmp_path / "model"),
                     str(tmp_path / "text.spacy"), str(tmp_path / "out"), "--lengths", "10,100", "--ns", "1,3",
-                    "--n-tokens", "50"], check=True)
+                    "--n-tokens", "50", "--results", str(tmp_path / "RESULTS.md")], check=True)
     rows = json.loads((tmp_path / "out" / "long_docs.json").read_text())["rows"]
     lengths = {(r["mode"], r["tokens"]): r for r in rows if r["sweep"] == "length"}
     assert set(lengths) == {(m, t) for m in ("one doc", "sentences") for t in (10, 100)}
@@ -145,3 +148,21 @@ def test_long_docs_benchmark_writes_both_sweeps(tmp_path):
     assert sorted(r["max_length"] for r in rows if r["sweep"] == "n") == [1, 3]
     assert all(r["words_per_sec"] > 0 and r["peak_rss_mb"] > 0 for r in rows)
     assert "| 100 |" in (tmp_path / "out" / "long_docs.md").read_text()
+    results = (tmp_path / "RESULTS.md").read_text()
+    assert results.startswith("# Results") and results.count("## Long documents") == 1 and "| 100 |" in results
+    assert "- commit: " in results and "- command (in `project/`): `python scripts/long_docs.py " in results
+
+
+def test_results_file_keeps_one_current_section_per_benchmark(tmp_path):
+    spec = importlib.util.spec_from_file_location("results", ROOT / "project" / "scripts" / "results.py")
+    results = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(results)
+    path = tmp_path / "RESULTS.md"
+    results.write_section("CoNLL-2003", "| a | 1 |", configs=["configs/x.cfg"], command="run conll", path=path)
+    results.write_section("GermEval 2014", "| b | 2 |", command="run germeval", path=path)
+    results.write_section("CoNLL-2003", "| a | 3 |", command="run conll again", path=path)
+    text = path.read_text()
+    assert text.count("## CoNLL-2003") == 1 and "| a | 3 |" in text and "| a | 1 |" not in text
+    assert "| b | 2 |" in text and "`run germeval`" in text and "`run conll again`" in text
+    assert text.index("## CoNLL-2003") < text.index("## GermEval 2014")  # rewritten in place
+    assert "configs/x.cfg" not in text  # the new run named no configs

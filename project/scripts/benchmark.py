@@ -11,7 +11,8 @@ measures on the test split, each in a fresh process: P/R/F1 (one scorer for all 
 under "sc", all levels, and for nested data GermEval's strict level-aware metric), training
 wall time, inference words/sec (nlp.pipe over the test texts, batch size 1000, best of 3 after
 a warm-up) and peak memory (max RSS of the training and of the inference process). Writes
-OUT/benchmark.json, OUT/benchmark.md and OUT/benchmark.png (F1 against words/sec).
+OUT/benchmark.json, OUT/benchmark.md and OUT/benchmark.png (F1 against words/sec), and the
+corpus's section of project/RESULTS.md (--results).
 
     python scripts/benchmark.py corpus/conll metrics/benchmark-conll --lang en --vectors vectors/glove50
 """
@@ -24,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+from results import RESULTS, write_section
 from spacy.util import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,16 +35,18 @@ ROOT = Path(__file__).resolve().parents[2]
 EMBED = {"width": 128, "attrs": ["NORM", "LOWER", "PREFIX", "SUFFIX", "SHAPE"], "rows": [5000, 5000, 1000, 2500, 2500]}
 
 
-def fofe_config(args, vectors: bool):
+def fofe_config_path(args, vectors: bool) -> Path:
     """Our config for the corpus (or --fofe-config); with vectors, the fine-tuned vectors one (TunedVectors)."""
     if vectors:
-        path = ROOT / "configs" / "conll_cpu_tuned_vectors.cfg"
-    elif args.fofe_config:
-        path = Path(args.fofe_config)
-    else:
-        name = "demo.cfg" if args.small else ("germeval_cpu.cfg" if args.nested else "conll_cpu.cfg")
-        path = ROOT / "configs" / name
-    config = load_config(path)
+        return ROOT / "configs" / "conll_cpu_tuned_vectors.cfg"
+    if args.fofe_config:
+        return Path(args.fofe_config)
+    name = "demo.cfg" if args.small else ("germeval_cpu.cfg" if args.nested else "conll_cpu.cfg")
+    return ROOT / "configs" / name
+
+
+def fofe_config(args, vectors: bool):
+    config = load_config(fofe_config_path(args, vectors))
     config["nlp"]["lang"] = args.lang
     config["components"]["fofe_ner"]["max_length"] = args.max_length
     return config
@@ -194,6 +198,7 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", help="small models (the demo corpus)")
     parser.add_argument("--fofe-config", default=None, help="path to fofe_ner's config for the run without vectors "
                         "(default: configs/germeval_cpu.cfg with --nested, else configs/conll_cpu.cfg)")
+    parser.add_argument("--results", default=str(RESULTS), help="the results file whose section this rewrites")
     parser.add_argument("--measure", nargs=3, metavar=("MODEL", "TEST", "RESULT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
@@ -221,7 +226,13 @@ def main() -> None:
                                 str(Path(args.corpus) / "test.spacy"), str(result), "--gpu-id", str(args.gpu_id)])
         rows.append({"system": system, "vectors": vectors, **info, "inference_peak_mb": round(peak),
                      **json.loads(result.read_text())})
+    configs = [os.path.relpath(fofe_config_path(args, v), Path.cwd()) for v in settings]
     write_reports(rows, Path(args.out), args.nested)
+    body = ("Test split; span P/R/F1 over all levels under `sc`; fofe_ner tuned on dev; words/s: `nlp.pipe` over "
+            "the test texts, batch 1000, best of 3, one process at a time; peers: spaCy's `ner` / `spancat` with "
+            "fofe_ner's hash tables and optimizer (`-stock`: spaCy's efficiency config as it is). Plot: "
+            f"`{(Path(args.out) / 'benchmark.png').as_posix()}`.\n\n" + (Path(args.out) / "benchmark.md").read_text())
+    write_section(f"Benchmark on {Path(args.corpus).name}", body, configs=configs, path=Path(args.results))
 
 
 def write_reports(rows, out: Path, nested: bool) -> None:

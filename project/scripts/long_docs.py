@@ -7,7 +7,8 @@ corpus repeated as needed (tokenization is not timed):
   not splitting a document; both should grow linearly.
 - n: fofe_ner's max_length set to each of --ns (the model scores fragments of any length),
   on --n-tokens tokens of sentence docs.
-Writes OUT/long_docs.json, OUT/long_docs.md and OUT/long_docs.png.
+Writes OUT/long_docs.json, OUT/long_docs.md and OUT/long_docs.png, and its section of
+project/RESULTS.md (--results).
 
     python scripts/long_docs.py training/conll/model-tuned corpus/conll/test.spacy metrics/long-docs
 """
@@ -19,6 +20,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from results import RESULTS, write_section
 
 
 def sentences(nlp, corpus: str, n_tokens: int):
@@ -87,10 +90,10 @@ def run_case(args, mode: str, n_tokens: int, max_length: int) -> dict:
     return row
 
 
-def write_reports(rows, out: Path, command: str) -> None:
+def write_reports(rows, out: Path, command: str, model: str, results: Path) -> None:
     (out / "long_docs.json").write_text(json.dumps({"command": command, "rows": rows}, indent=2))
     by = {(r["mode"], r["tokens"]): r for r in rows if r["sweep"] == "length"}
-    lines = [f"`{command}`", "", "| tokens | one doc words/s | sentence docs words/s | ratio | one doc peak MB | "
+    lines = ["| tokens | one doc words/s | sentence docs words/s | ratio | one doc peak MB | "
              "sentence docs peak MB |", "|---|---|---|---|---|---|"]
     for tokens in sorted({t for _, t in by}):
         one, split = by[("one doc", tokens)], by[("sentences", tokens)]
@@ -102,6 +105,11 @@ def write_reports(rows, out: Path, command: str) -> None:
         lines.append(f"| {r['max_length']} | {r['words_per_sec']:.0f} | {r['peak_rss_mb']:.0f} | {r['spans']} |")
     (out / "long_docs.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+    body = (f"fofe_ner alone in the pipeline `{model}`; text: the test docs repeated. Words/s and peak RSS of one "
+            "document of each length against the same tokens as sentence docs (each case in a fresh process; "
+            "ratio = one doc / sentence docs), then against n on sentence docs. Plot: "
+            f"`{(out / 'long_docs.png').as_posix()}`.\n\n" + "\n".join(lines))
+    write_section("Long documents", body, command=command, path=results)
     try:
         import matplotlib
 
@@ -140,6 +148,7 @@ def main() -> None:
     parser.add_argument("--lengths", default="100,1000,10000,100000,1000000", help="doc lengths in tokens")
     parser.add_argument("--ns", default="1,3,5,7,9,11,13,15", help="values of max_length for the n sweep")
     parser.add_argument("--n-tokens", type=int, default=50000, help="tokens per case of the n sweep")
+    parser.add_argument("--results", default=str(RESULTS), help="the results file whose section this rewrites")
     if len(sys.argv) > 1 and sys.argv[1] == "--case":
         model, corpus, mode, n_tokens, max_length, repeats = sys.argv[2:]
         print(json.dumps(measure(model, corpus, mode, int(n_tokens), int(max_length), int(repeats))))
@@ -155,7 +164,7 @@ def main() -> None:
     print(f"n, on {args.n_tokens} tokens of sentence docs:", flush=True)
     for n in [int(n) for n in args.ns.split(",")]:
         rows.append({"sweep": "n", **run_case(args, "sentences", args.n_tokens, n)})
-    write_reports(rows, out, "python scripts/long_docs.py " + " ".join(sys.argv[1:]))
+    write_reports(rows, out, "python scripts/long_docs.py " + " ".join(sys.argv[1:]), args.model, Path(args.results))
 
 
 if __name__ == "__main__":

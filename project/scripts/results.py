@@ -1,0 +1,60 @@
+"""project/RESULTS.md: the project's one results file, one section per benchmark.
+
+Each benchmark script rewrites its own section from its JSON output when it finishes, with the
+date, commit, machine and exact command; the other sections stay as they are. History is git's.
+"""
+
+import datetime
+import os
+import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Sequence
+
+RESULTS = Path(__file__).resolve().parents[1] / "RESULTS.md"
+HEADER = ("# Results\n\nWritten by the project's benchmarks (`spacy project run benchmark` in `project/`), "
+          "one section per benchmark, each from its latest run. Ratios compare systems measured in the same "
+          "run on the same machine.\n")
+
+
+def machine() -> str:
+    memory = ""
+    if hasattr(os, "sysconf") and "SC_PHYS_PAGES" in os.sysconf_names:
+        memory = f", {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB"
+    python = platform.python_version()
+    return f"{platform.machine()} {platform.system()}, {os.cpu_count()} CPUs{memory}, Python {python}"
+
+
+def commit() -> str:
+    def git(*args):
+        out = subprocess.run(["git", *args], cwd=RESULTS.parent, capture_output=True, text=True)
+        return out.stdout.strip() if out.returncode == 0 else ""
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + (" (with uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def write_section(title: str, body: str, configs: Sequence[str] = (), command: str = "",
+                  path: Path = RESULTS) -> None:
+    """Replace (or add) the section `## title` of `path` with `body` and where it came from."""
+    import spacy
+
+    command = command or "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
+    lines = [f"## {title}", "",
+             f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+             f"- commit: {commit()}; spaCy {spacy.__version__}",
+             f"- machine: {machine()}",
+             f"- command (in `project/`): `{command}`"]
+    if configs:
+        lines.append("- configs: " + ", ".join(f"`{c}`" for c in configs))
+    section = "\n".join(lines) + "\n\n" + body.strip() + "\n"
+    path = Path(path)
+    text = path.read_text() if path.exists() else HEADER
+    pattern = re.compile(rf"^## {re.escape(title)}\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section + "\n", text).rstrip() + "\n"
+    else:
+        text = text.rstrip() + "\n\n" + section
+    path.write_text(text)
