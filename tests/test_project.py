@@ -43,7 +43,7 @@ def load_benchmark_script():
 
 def germeval_cnn_args():
     """benchmark.py's arguments for the GermEval run with the project's CNN config."""
-    return argparse.Namespace(fofe_config=str(ROOT / "configs" / "germeval_cpu_cnn.cfg"), small=False, nested=True,
+    return argparse.Namespace(fofe_config=str(ROOT / "configs" / "germeval.cfg"), small=False, nested=True,
                               lang="de", max_length=7)
 
 

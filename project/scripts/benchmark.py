@@ -38,10 +38,10 @@ EMBED = {"width": 128, "attrs": ["NORM", "LOWER", "PREFIX", "SUFFIX", "SHAPE"], 
 def fofe_config_path(args, vectors: bool) -> Path:
     """Our config for the corpus (or --fofe-config); with vectors, the fine-tuned vectors one (TunedVectors)."""
     if vectors:
-        return ROOT / "configs" / "conll_cpu_tuned_vectors.cfg"
+        return ROOT / "configs" / "conll_vectors.cfg"
     if args.fofe_config:
         return Path(args.fofe_config)
-    name = "demo.cfg" if args.small else ("germeval_cpu.cfg" if args.nested else "conll_cpu.cfg")
+    name = "demo.cfg" if args.small else ("germeval.cfg" if args.nested else "conll.cfg")
     return ROOT / "configs" / name
 
 
@@ -197,7 +197,7 @@ def main() -> None:
     parser.add_argument("--gpu-id", type=int, default=-1)
     parser.add_argument("--small", action="store_true", help="small models (the demo corpus)")
     parser.add_argument("--fofe-config", default=None, help="path to fofe_ner's config for the run without vectors "
-                        "(default: configs/germeval_cpu.cfg with --nested, else configs/conll_cpu.cfg)")
+                        "(default: configs/germeval.cfg with --nested, else configs/conll.cfg)")
     parser.add_argument("--results", default=str(RESULTS), help="the results file whose section this rewrites")
     parser.add_argument("--measure", nargs=3, metavar=("MODEL", "TEST", "RESULT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
