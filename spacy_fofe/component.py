@@ -6,7 +6,6 @@ is) into doc.spans[spans_key], and writes the outer level to doc.ents. See READM
 
 import dataclasses
 import warnings
-from collections import Counter
 from itertools import islice
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
@@ -22,7 +21,7 @@ from thinc.types import Floats2d
 
 from .decoding import ALGORITHMS, Candidate, Level, decode, levels_from
 from .fragments import enumerate_fragments, fragment_targets, sample_fragments
-from .scoring import gold_spans
+from .gold import GoldStats, aligned_gold, gold_spans
 
 DEFAULT_MODEL_CONFIG = """
 [model]
@@ -375,10 +374,7 @@ class FOFENER(TrainablePipe):
         return fragment_targets(fragments, gold, ignored)
 
     def _aligned_gold(self, eg: Example) -> List[Span]:
-        spans = gold_spans(eg.reference, self.key)
-        if same_tokens(eg.predicted, eg.reference):
-            return list(spans)  # alignment is the identity; skip its per-token work
-        return eg.get_aligned_spans_y2x(spans, allow_overlap=True)
+        return aligned_gold(eg, self.key)
 
     def _warn_unknown_label(self, label: str) -> None:
         if label not in self._warned_labels:
@@ -430,13 +426,6 @@ class FOFENER(TrainablePipe):
             )
 
 
-def same_tokens(a: Doc, b: Doc) -> bool:
-    """Whether two docs have the same tokens at the same offsets (alignment is the identity)."""
-    # Arrays, not doc.text: building the text walks every token in Python.
-    attrs = ["ORTH", "IDX"]
-    return len(a) == len(b) and bool((a.to_array(attrs) == b.to_array(attrs)).all())
-
-
 def validate_settings(cfg: Dict[str, Any], name: str = "fofe_ner") -> None:
     """Reject impossible settings with the setting's name in the message."""
     def fail(setting, why):
@@ -461,58 +450,6 @@ def validate_settings(cfg: Dict[str, Any], name: str = "fofe_ner") -> None:
         fail("ents", f"use one of {list(ENTS_MODES)}")
     if not isinstance(cfg["spans_key"], str) or not cfg["spans_key"]:
         fail("spans_key", "must be a non-empty string")
-
-
-class GoldStats:
-    """What initialize reports about the gold spans: labels, and spans the model cannot learn."""
-
-    def __init__(self, max_length: int):
-        self.max_length = max_length
-        self.labels: set = set()
-        self.too_long: Counter = Counter()
-        self.nested = self.crossing = self.duplicates = self.multi_label = self.misaligned = 0
-
-    def add(self, eg: Example, aligned: List[Span], original) -> None:
-        self.misaligned += len(original) - len(aligned)
-        seen: Dict[Tuple[int, int], str] = {}
-        for span in aligned:
-            self.labels.add(span.label_)
-            if len(span) > self.max_length:
-                self.too_long[span.label_] += 1
-            key = (span.start, span.end)
-            if key in seen:
-                if seen[key] == span.label_:
-                    self.duplicates += 1
-                else:
-                    self.multi_label += 1
-            seen[key] = span.label_
-        # Containers before their contents: by start, then longest first.
-        bounds = sorted(seen, key=lambda b: (b[0], -b[1]))
-        for i, (_, e1) in enumerate(bounds):
-            for s2, e2 in bounds[i + 1:]:
-                if s2 >= e1:
-                    break
-                if e2 <= e1:
-                    self.nested += 1
-                else:
-                    self.crossing += 1
-
-    def warn(self, name: str) -> None:
-        if self.too_long:
-            per_label = ", ".join(f"{label}: {n}" for label, n in sorted(self.too_long.items()))
-            warnings.warn(f"[{name}] {sum(self.too_long.values())} gold spans are longer than max_length="
-                          f"{self.max_length} tokens and can never be predicted ({per_label}). "
-                          "Raise max_length to cover them.", stacklevel=2)
-        notes = [
-            (self.crossing, "pairs of gold spans cross each other (overlap without nesting); both are "
-                            "trained, but decoding keeps at most one of each pair"),
-            (self.duplicates, "gold spans are duplicates; they count once"),
-            (self.multi_label, "gold spans repeat an earlier span with another label; the first label is used"),
-            (self.misaligned, "gold spans do not align with the predicted tokenization and are skipped"),
-        ]
-        for count, what in notes:
-            if count:
-                warnings.warn(f"[{name}] {count} {what}.", stacklevel=2)
 
 
 def _score_weights_follow_key(nlp: Language, name: str, key: str) -> None:

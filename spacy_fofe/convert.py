@@ -19,6 +19,8 @@ from spacy.tokens import Doc, DocBin, Span
 from spacy.util import filter_spans
 from spacy.vocab import Vocab
 
+from .span_geometry import bounds_of, nested_flags
+
 SpanTuple = Tuple[int, int, str]
 
 
@@ -156,7 +158,8 @@ def make_doc(vocab: Vocab, words: List[str], levels: List[List[SpanTuple]], span
 
 
 def count_nested(spans: Sequence[SpanTuple]) -> int:
-    return sum(1 for a in spans for b in spans if a != b and b[0] <= a[0] and a[1] <= b[1] and a[:2] != b[:2])
+    """How many spans lie inside another span of the doc."""
+    return sum(nested_flags(bounds_of(spans)))
 
 
 def convert(

@@ -8,16 +8,8 @@ from spacy.tokens import Doc
 from spacy.training import Example
 from spacy.util import registry
 
+from .gold import gold_spans
 from .span_geometry import bounds_of, nested_flags
-
-
-def gold_spans(doc: Doc, spans_key: str):
-    """The spans of `doc` under `spans_key`, or its entities when it has no such group.
-
-    The same rule serves training and scoring, so a flat corpus converted with
-    `spacy convert` (gold in doc.ents) trains and scores without extra settings.
-    """
-    return doc.spans[spans_key] if spans_key in doc.spans else doc.ents
 
 
 def score_fofe_ner(

@@ -11,9 +11,9 @@ import spacy
 from spacy.tokens import Span
 from spacy.training import Corpus, Example
 
-from .component import same_tokens
 from .decoding import ALGORITHMS, Candidate, Level, decode, levels_from
-from .scoring import gold_spans, span_levels
+from .gold import gold_spans, same_tokens
+from .scoring import span_levels
 
 GRID = [round(0.05 * i, 2) for i in range(2, 20)]  # 0.10 .. 0.95
 OBJECTIVES = ("span", "strict")

@@ -1,0 +1,87 @@
+"""Gold spans: where they are read from, how they are aligned with the predicted tokens, and what
+initialize reports about them. Used by the component, the scorer and the tuner."""
+
+import warnings
+from collections import Counter
+from typing import Dict, List, Tuple
+
+from spacy.tokens import Doc, Span
+from spacy.training import Example
+
+from .span_geometry import contains
+
+
+def gold_spans(doc: Doc, spans_key: str):
+    """The spans of `doc` under `spans_key`, or its entities when it has no such group.
+
+    The same rule serves training and scoring, so a flat corpus converted with
+    `spacy convert` (gold in doc.ents) trains and scores without extra settings.
+    """
+    return doc.spans[spans_key] if spans_key in doc.spans else doc.ents
+
+
+def same_tokens(a: Doc, b: Doc) -> bool:
+    """Whether two docs have the same tokens at the same offsets (alignment is the identity)."""
+    # Arrays, not doc.text: building the text walks every token in Python.
+    attrs = ["ORTH", "IDX"]
+    return len(a) == len(b) and bool((a.to_array(attrs) == b.to_array(attrs)).all())
+
+
+def aligned_gold(eg: Example, spans_key: str) -> List[Span]:
+    """The reference's gold spans on the predicted tokens; spans that do not align are left out."""
+    spans = gold_spans(eg.reference, spans_key)
+    if same_tokens(eg.predicted, eg.reference):
+        return list(spans)  # alignment is the identity; skip its per-token work
+    return eg.get_aligned_spans_y2x(spans, allow_overlap=True)
+
+
+class GoldStats:
+    """What initialize reports about the gold spans: labels, and spans the model cannot learn."""
+
+    def __init__(self, max_length: int):
+        self.max_length = max_length
+        self.labels: set = set()
+        self.too_long: Counter = Counter()
+        self.nested = self.crossing = self.duplicates = self.multi_label = self.misaligned = 0
+
+    def add(self, eg: Example, aligned: List[Span], original) -> None:
+        self.misaligned += len(original) - len(aligned)
+        seen: Dict[Tuple[int, int], str] = {}
+        for span in aligned:
+            self.labels.add(span.label_)
+            if len(span) > self.max_length:
+                self.too_long[span.label_] += 1
+            key = (span.start, span.end)
+            if key in seen:
+                if seen[key] == span.label_:
+                    self.duplicates += 1
+                else:
+                    self.multi_label += 1
+            seen[key] = span.label_
+        # Containers before their contents: by start, then longest first.
+        bounds = sorted(seen, key=lambda b: (b[0], -b[1]))
+        for i, outer in enumerate(bounds):
+            j = i + 1
+            while j < len(bounds) and bounds[j][0] < outer[1]:  # only the spans that start inside it
+                if contains(outer, bounds[j]):
+                    self.nested += 1
+                else:
+                    self.crossing += 1
+                j += 1
+
+    def warn(self, name: str) -> None:
+        if self.too_long:
+            per_label = ", ".join(f"{label}: {n}" for label, n in sorted(self.too_long.items()))
+            warnings.warn(f"[{name}] {sum(self.too_long.values())} gold spans are longer than max_length="
+                          f"{self.max_length} tokens and can never be predicted ({per_label}). "
+                          "Raise max_length to cover them.", stacklevel=2)
+        notes = [
+            (self.crossing, "pairs of gold spans cross each other (overlap without nesting); both are "
+                            "trained, but decoding keeps at most one of each pair"),
+            (self.duplicates, "gold spans are duplicates; they count once"),
+            (self.multi_label, "gold spans repeat an earlier span with another label; the first label is used"),
+            (self.misaligned, "gold spans do not align with the predicted tokenization and are skipped"),
+        ]
+        for count, what in notes:
+            if count:
+                warnings.warn(f"[{name}] {count} {what}.", stacklevel=2)
