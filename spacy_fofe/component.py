@@ -19,9 +19,11 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, set_dropout_rate
 from thinc.types import Floats2d
 
-from .decoding import ALGORITHMS, Candidate, Level, decode, levels_from
+from .decoding import Candidate, Level, decode, levels_from
 from .fragments import enumerate_fragments, fragment_targets, sample_fragments
 from .gold import GoldStats, aligned_gold, gold_spans
+from .settings import NAMES as SETTING_NAMES
+from .settings import Cfg, Settings
 
 DEFAULT_MODEL_CONFIG = """
 [model]
@@ -42,7 +44,6 @@ rows = [5000, 1000, 2500, 2500]
 include_static_vectors = false
 """
 DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
-ENTS_MODES = ("overwrite", "keep", "off")
 # Longer docs are scored in windows of this many tokens (plus context), so memory stays bounded.
 WINDOW_TOKENS = 8192
 
@@ -50,22 +51,8 @@ WINDOW_TOKENS = 8192
 @Language.factory(
     "fofe_ner",
     assigns=["doc.spans", "doc.ents"],
-    default_config={
-        "model": DEFAULT_MODEL,
-        "spans_key": "sc",
-        "max_length": 7,
-        "threshold": 0.5,
-        "label_thresholds": {},
-        "decoding": "nesting-aware",
-        "nested": None,
-        "nested_decoding": "nesting-aware",
-        "nested_threshold": None,
-        "max_depth": 2,
-        "overlap_rate": 1.0,
-        "disjoint_rate": 0.5,
-        "ents": "overwrite",
-        "scorer": {"@scorers": "spacy_fofe.fofe_ner_scorer.v1"},
-    },
+    default_config={"model": DEFAULT_MODEL, **dataclasses.asdict(Settings()),
+                    "scorer": {"@scorers": "spacy_fofe.fofe_ner_scorer.v1"}},
     default_score_weights={"spans_sc_f": 1.0, "spans_sc_p": 0.0, "spans_sc_r": 0.0,
                            "ents_f": 0.0, "ents_p": 0.0, "ents_r": 0.0},
 )
@@ -87,12 +74,9 @@ def make_fofe_ner(
     ents: str,
     scorer: Optional[Callable],
 ) -> "FOFENER":
-    return FOFENER(
-        nlp.vocab, model, name, spans_key=spans_key, max_length=max_length, threshold=threshold,
-        label_thresholds=label_thresholds, decoding=decoding, nested=nested, nested_decoding=nested_decoding,
-        nested_threshold=nested_threshold, max_depth=max_depth, overlap_rate=overlap_rate,
-        disjoint_rate=disjoint_rate, ents=ents, scorer=scorer,
-    )
+    # spaCy reads the settings' names and types from this signature; Settings holds the rest.
+    settings = {key: value for key, value in locals().items() if key in SETTING_NAMES}
+    return FOFENER(nlp.vocab, model, name, scorer=scorer, **settings)
 
 
 class FOFENER(TrainablePipe):
@@ -100,28 +84,8 @@ class FOFENER(TrainablePipe):
 
     vocab: the shared vocabulary.
     model: a Model[(List[Doc], fragments), Floats2d], e.g. spacy_fofe.FOFENER.v1.
-    spans_key: where the spans go (doc.spans[spans_key]); gold is read from the same key,
-        or from doc.ents when a reference doc has no such group.
-    max_length: n, the longest fragment scored. Longer gold spans cannot be found (counted
-        and warned at initialize).
-    threshold: the lowest probability of a fragment's best label that makes it a candidate;
-        label_thresholds overrides it per label.
-    decoding: "nesting-aware" (all levels in one pass by descending score; a candidate
-        is dropped only when it crosses a kept span) or the paper's level-by-level
-        "highest-first" / "longest-first" for the outer level. On flat output
-        (nested false) "nesting-aware" is "highest-first".
-    nested: decode nested spans too; None decides at initialize (True when the
-        training data has nested spans).
-    nested_decoding, nested_threshold, max_depth: how inner levels are decoded (only
-        used after a level-by-level outer level), and how many levels at most.
-        nested_threshold applies to every label of the inner levels; None means the
-        outer thresholds (threshold and label_thresholds).
-    overlap_rate, disjoint_rate: fractions of NONE fragments trained on per batch, among
-        those sharing tokens with a gold span and those that do not. Every fragment is
-        scored at inference, so more NONE fragments than the paper's 0.36 / 0.09 keep
-        precision up without tuning the threshold.
-    ents: "overwrite" doc.ents with the outer level, "keep" entities already there and add
-        ours only where they do not overlap, or "off".
+    settings: the fields of spacy_fofe.settings.Settings (spans_key, max_length, thresholds,
+        decoding, nesting, NONE sampling rates, ents), kept in self.cfg.
     """
 
     def __init__(
@@ -130,40 +94,15 @@ class FOFENER(TrainablePipe):
         model: Model,
         name: str = "fofe_ner",
         *,
-        spans_key: str = "sc",
-        max_length: int = 7,
-        threshold: float = 0.5,
-        label_thresholds: Optional[Dict[str, float]] = None,
-        decoding: str = "nesting-aware",
-        nested: Optional[bool] = None,
-        nested_decoding: str = "nesting-aware",
-        nested_threshold: Optional[float] = None,
-        max_depth: int = 2,
-        overlap_rate: float = 1.0,
-        disjoint_rate: float = 0.5,
-        ents: str = "overwrite",
         scorer: Optional[Callable] = None,
+        **settings: Any,
     ) -> None:
+        """settings: any of Settings' fields (spans_key, max_length, threshold, ...)."""
         self.vocab = vocab
         self.model = model
         self.name = name
         self.scorer = scorer
-        self.cfg: Dict[str, Any] = {
-            "labels": [],
-            "spans_key": spans_key,
-            "max_length": max_length,
-            "threshold": threshold,
-            "label_thresholds": dict(label_thresholds or {}),
-            "decoding": decoding,
-            "nested": nested,
-            "nested_decoding": nested_decoding,
-            "nested_threshold": nested_threshold,
-            "max_depth": max_depth,
-            "overlap_rate": overlap_rate,
-            "disjoint_rate": disjoint_rate,
-            "ents": ents,
-        }
-        validate_settings(self.cfg, name)
+        self.cfg: Cfg = Cfg(name, **settings)
         # NumPy's global generator: spaCy's fix_random_seed ([system] seed) seeds it.
         self._rng = numpy.random
         self._warned_labels: set = set()
@@ -240,7 +179,6 @@ class FOFENER(TrainablePipe):
 
     def set_annotations(self, docs: Iterable[Doc], predictions: Tuple[numpy.ndarray, Floats2d]) -> None:
         """Decode each doc's candidates into doc.spans[spans_key] (and the outer level into doc.ents)."""
-        validate_settings(self.cfg, self.name)
         docs = list(docs)
         fragments, scores = predictions
         levels = self.levels()
@@ -424,32 +362,6 @@ class FOFENER(TrainablePipe):
                 f"[{self.name}] the component is not initialized: call nlp.initialize() with training "
                 f"examples (spacy train does this) before using it, or load a trained pipeline."
             )
-
-
-def validate_settings(cfg: Dict[str, Any], name: str = "fofe_ner") -> None:
-    """Reject impossible settings with the setting's name in the message."""
-    def fail(setting, why):
-        raise ValueError(f"[{name}] invalid setting {setting}={cfg[setting]!r}: {why}")
-
-    if not isinstance(cfg["max_length"], int) or cfg["max_length"] < 1:
-        fail("max_length", "must be an integer >= 1")
-    if not isinstance(cfg["max_depth"], int) or cfg["max_depth"] < 1:
-        fail("max_depth", "must be an integer >= 1")
-    for setting in ("threshold", "overlap_rate", "disjoint_rate"):
-        if not 0.0 <= cfg[setting] <= 1.0:
-            fail(setting, "must be in [0, 1]")
-    if cfg["nested_threshold"] is not None and not 0.0 <= cfg["nested_threshold"] <= 1.0:
-        fail("nested_threshold", "must be in [0, 1] or null")
-    for label, value in cfg["label_thresholds"].items():
-        if not 0.0 <= value <= 1.0:
-            fail("label_thresholds", f"threshold of {label!r} must be in [0, 1]")
-    for setting in ("decoding", "nested_decoding"):
-        if cfg[setting] not in ALGORITHMS:
-            fail(setting, f"use one of {list(ALGORITHMS)}")
-    if cfg["ents"] not in ENTS_MODES:
-        fail("ents", f"use one of {list(ENTS_MODES)}")
-    if not isinstance(cfg["spans_key"], str) or not cfg["spans_key"]:
-        fail("spans_key", "must be a non-empty string")
 
 
 def _score_weights_follow_key(nlp: Language, name: str, key: str) -> None:

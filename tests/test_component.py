@@ -169,6 +169,25 @@ def test_invalid_settings_are_rejected_with_their_name(setting, value):
         spacy.blank("en").add_pipe("fofe_ner", config={setting: value})
 
 
+def test_editing_cfg_checks_the_new_value_and_keeps_the_old_one(trained):
+    import pickle
+
+    ner = trained.get_pipe("fofe_ner")
+    with pytest.raises(ValueError, match="invalid setting threshold=1.5"):
+        ner.cfg["threshold"] = 1.5
+    with pytest.raises(ValueError, match="invalid setting decoding='best'"):
+        ner.cfg.update({"threshold": 0.4, "decoding": "best"})
+    with pytest.raises(ValueError, match="unknown settings \\['treshold'\\]"):
+        ner.cfg["treshold"] = 0.4
+    with pytest.raises(ValueError, match="label_thresholds"):
+        ner.cfg["label_thresholds"] = {"PER": -1}
+    assert ner.cfg["threshold"] == 0.5 and ner.cfg["decoding"] == "nesting-aware" and "treshold" not in ner.cfg
+    copy = pickle.loads(pickle.dumps(ner.cfg))
+    assert copy == ner.cfg
+    with pytest.raises(ValueError, match="max_depth"):
+        copy["max_depth"] = 0
+
+
 def test_initialize_warns_about_gold_it_cannot_learn():
     nlp = spacy.blank("en")
     nlp.add_pipe("fofe_ner", config={"model": SMALL_MODEL, "max_length": 2})
