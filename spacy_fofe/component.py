@@ -350,8 +350,16 @@ class FOFENER(TrainablePipe):
         docs = [eg.predicted for eg in sample]
         self.model.set_dim("nO", len(self.labels) + 1)
         self.model.initialize(X=(docs, enumerate_fragments([len(d) for d in docs], self.cfg["max_length"])))
-        if nlp is not None and self.name in nlp.component_names:
-            _score_weights_follow_key(nlp, self.name, self.key)
+        if nlp is not None:
+            self._warn_if_unweighted(nlp)
+
+    def _warn_if_unweighted(self, nlp: Language) -> None:
+        """The default score weights name spans_sc_* (as spancat's do); another spans_key needs its own."""
+        weights = nlp.config["training"]["score_weights"]
+        if self.key != "sc" and not weights.get(f"spans_{self.key}_f"):
+            warnings.warn(f"[{self.name}] spans_key is {self.key!r} but [training.score_weights] gives "
+                          f"spans_{self.key}_f no weight, so spacy train cannot pick the best model by it: set "
+                          f"spans_{self.key}_f = 1.0 there (and spans_sc_f = null).", stacklevel=2)
 
     def _is_initialized(self) -> bool:
         return self.model.has_param("W") is True
@@ -362,20 +370,3 @@ class FOFENER(TrainablePipe):
                 f"[{self.name}] the component is not initialized: call nlp.initialize() with training "
                 f"examples (spacy train does this) before using it, or load a trained pipeline."
             )
-
-
-def _score_weights_follow_key(nlp: Language, name: str, key: str) -> None:
-    """Point this component's default score weights at spans_{key}_* (not a fixed 'sc')."""
-    meta = nlp.get_pipe_meta(name)
-    weights = {f"spans_{key}_f": 1.0, f"spans_{key}_p": 0.0, f"spans_{key}_r": 0.0}
-    weights.update({k: v for k, v in meta.default_score_weights.items() if k.startswith("ents_")})
-    stale = set(meta.default_score_weights) - set(weights)
-    nlp._pipe_meta[name] = dataclasses.replace(meta, default_score_weights=weights, scores=list(weights))
-    # Language.config merges back the weights it filled in at add_pipe; drop the fixed
-    # spans_sc_* ones unless another component still reports them.
-    others = {k for other in nlp.component_names if other != name
-              for k in nlp.get_pipe_meta(other).default_score_weights}
-    filled = nlp._config.get("training", {}).get("score_weights", {})
-    for stale_key in stale - others:
-        filled.pop(stale_key, None)
-

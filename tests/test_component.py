@@ -208,7 +208,7 @@ def test_unknown_label_at_update_is_warned_and_left_out():
         nlp.update(make_examples(nlp, [("Ann saw Mars .", [(2, 3, "MISC")])]), sgd=optimizer)
 
 
-def test_gold_from_doc_ents_when_the_key_is_absent_and_weights_follow_the_key():
+def test_gold_from_doc_ents_when_the_key_is_absent():
     nlp = spacy.blank("en")
     nlp.add_pipe("fofe_ner", config={"model": SMALL_MODEL, "spans_key": "mine"})
     examples = []
@@ -216,10 +216,35 @@ def test_gold_from_doc_ents_when_the_key_is_absent_and_weights_follow_the_key():
         reference = nlp.make_doc(text)
         reference.ents = [Span(reference, s, e, label=label) for s, e, label in spans]
         examples.append(Example(nlp.make_doc(text), reference))
-    nlp.initialize(lambda: examples)
+    with pytest.warns(UserWarning, match="set spans_mine_f = 1.0"):
+        nlp.initialize(lambda: examples)
     assert nlp.get_pipe("fofe_ner").labels == ("LOC", "PER")
-    assert nlp.config["training"]["score_weights"]["spans_mine_f"] > 0
-    assert "spans_sc_f" not in nlp.config["training"]["score_weights"]
+
+
+def test_score_weights_for_another_spans_key_are_set_in_the_config():
+    config = spacy.util.load_config_from_str("""
+[nlp]
+lang = "en"
+pipeline = ["fofe_ner"]
+
+[components]
+
+[components.fofe_ner]
+factory = "fofe_ner"
+spans_key = "mine"
+
+[training]
+
+[training.score_weights]
+spans_mine_f = 1.0
+spans_sc_f = null
+""")
+    nlp = spacy.util.load_model_from_config(config, auto_fill=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        nlp.initialize(lambda: make_examples(nlp, NESTED, key="mine"))
+    weights = nlp.config["training"]["score_weights"]
+    assert weights["spans_mine_f"] == 1.0 and not weights.get("spans_sc_f")
 
 
 def test_diverged_training_is_reported():
