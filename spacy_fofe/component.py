@@ -46,6 +46,9 @@ include_static_vectors = false
 DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
 # Longer docs are scored in windows of this many tokens (plus context), so memory stays bounded.
 WINDOW_TOKENS = 8192
+# What a window doc copies from its doc besides the words: the token attributes a tok2vec may read
+# that are not the lexeme's own (those come with the words).
+WINDOW_ATTRS = ["NORM", "LEMMA", "TAG", "POS", "MORPH"]
 
 
 @Language.factory(
@@ -161,12 +164,13 @@ class FOFENER(TrainablePipe):
             if len(doc) <= WINDOW_TOKENS:
                 continue
             starts = fragments[doc_rows[i]:doc_rows[i + 1], 1]
+            token_attrs = doc.to_array(WINDOW_ATTRS)  # once per doc: Span.as_doc would redo it per window
             for begin in range(0, len(doc), WINDOW_TOKENS):
                 end = min(begin + WINDOW_TOKENS, len(doc))
                 first, last = max(0, begin - margin), min(len(doc), end + margin)
                 lo, hi = doc_rows[i] + numpy.searchsorted(starts, [begin, end])
                 local = fragments[lo:hi] - numpy.asarray([i, first, first])
-                window = doc[first:last].as_doc()
+                window = _window_doc(doc, first, last, token_attrs)
                 scores[lo:hi] = self.model.ops.to_numpy(self.model.predict(([window], local)))
         return fragments, scores
 
@@ -370,3 +374,13 @@ class FOFENER(TrainablePipe):
                 f"[{self.name}] the component is not initialized: call nlp.initialize() with training "
                 f"examples (spacy train does this) before using it, or load a trained pipeline."
             )
+
+
+def _window_doc(doc: Doc, start: int, end: int, token_attrs: numpy.ndarray) -> Doc:
+    """Tokens start..end of `doc` as a Doc, with their WINDOW_ATTRS rows and tensor rows."""
+    tokens = doc[start:end]
+    window = Doc(doc.vocab, words=[t.text for t in tokens], spaces=[bool(t.whitespace_) for t in tokens])
+    window.from_array(WINDOW_ATTRS, token_attrs[start:end])
+    if doc.tensor is not None and doc.tensor.size:
+        window.tensor = doc.tensor[start:end]
+    return window
