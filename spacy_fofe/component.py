@@ -147,10 +147,10 @@ class FOFENER(TrainablePipe):
         self._require_initialized()
         docs = list(docs)
         fragments = enumerate_fragments([len(doc) for doc in docs], self.cfg["max_length"])
+        if len(fragments) == 0:
+            return fragments, numpy.zeros((0, len(self.labels) + 1), dtype="float32")
         margin = self._window_margin()
-        if len(fragments) == 0 or margin is None or all(len(doc) <= WINDOW_TOKENS for doc in docs):
-            if len(fragments) == 0:
-                return fragments, numpy.zeros((0, len(self.labels) + 1), dtype="float32")
+        if margin is None or all(len(doc) <= WINDOW_TOKENS for doc in docs):
             return fragments, self.model.ops.to_numpy(self.model.predict((docs, fragments)))
         scores = numpy.zeros((len(fragments), len(self.labels) + 1), dtype="float32")
         doc_rows = numpy.searchsorted(fragments[:, 0], numpy.arange(len(docs) + 1))
@@ -377,10 +377,8 @@ class FOFENER(TrainablePipe):
 
 
 def _window_doc(doc: Doc, start: int, end: int, token_attrs: numpy.ndarray) -> Doc:
-    """Tokens start..end of `doc` as a Doc, with their WINDOW_ATTRS rows and tensor rows."""
+    """Tokens start..end of `doc` as a Doc, with their rows of WINDOW_ATTRS."""
     tokens = doc[start:end]
     window = Doc(doc.vocab, words=[t.text for t in tokens], spaces=[bool(t.whitespace_) for t in tokens])
     window.from_array(WINDOW_ATTRS, token_attrs[start:end])
-    if doc.tensor is not None and doc.tensor.size:
-        window.tensor = doc.tensor[start:end]
     return window
