@@ -77,7 +77,7 @@ def longest_first(candidates: Sequence[Candidate]) -> List[Candidate]:
     return sorted(kept)
 
 
-def nesting_aware(candidates: Sequence[Candidate], levels: Sequence["Level"]) -> List[Tuple[Candidate, int]]:
+def nesting_aware(candidates: Sequence[Candidate], levels: Sequence[Level]) -> List[Tuple[Candidate, int]]:
     """All levels in one pass: in descending score, keep a candidate unless it crosses a kept span.
 
     Containment is allowed, so an inner span that outscores its container no longer blocks

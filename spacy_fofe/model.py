@@ -94,6 +94,8 @@ def build_fofe_ner_model(
         dims={"nO": nO, "nI": None, "nH": hidden_width, "nC": char_width if char_fofe else 0},
         attrs={"groups": groups, "word_alpha": word_alpha, "char_alpha": char_alpha,
                "n_char_buckets": n_char_buckets, "dropout_rate": dropout,
+               # Inference builds the (rows, n, hidden) grid of pre-activations this many cells
+               # (4 MB of float32) at a time, so its memory does not grow with the batch.
                "chunk_cells": 2**20, "context_tokens": _context_tokens(groups, word_alpha, char_alpha)},
     )
 
