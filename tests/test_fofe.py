@@ -140,3 +140,19 @@ def test_char_codes_backward_is_the_adjoint():
     forward = sum(float((c * g).sum()) for c, g in zip(codes, grads))
     d_chars = fofe.char_boundary_codes_backward(grads, char_lengths, starts, ends, 0.8, 10)
     assert abs(forward - float((chars * d_chars).sum())) < 1e-3
+
+
+@pytest.mark.parametrize("alpha", [0.5, 0.8, 0.9])
+def test_a_prefix_code_reads_scan_reach_rows_back_and_no_further(alpha):
+    reach = fofe.scan_reach(alpha)
+    x = numpy.random.default_rng(0).normal(size=(3 * reach, 4)).astype("float32")
+    whole = fofe.prefix_fofe(x, numpy.asarray([len(x)]), alpha)
+    for t in (reach, 2 * reach, 3 * reach - 1):
+        window = fofe.prefix_fofe(x[t - reach: t + 1], numpy.asarray([reach + 1]), alpha)
+        numpy.testing.assert_allclose(window[-1], whole[t], rtol=1e-6, atol=1e-7)
+    # A huge change of row p shows at p + reach (weight alpha ** reach) and not at all one row later.
+    changed = x.copy()
+    changed[reach - 1] += 1e12
+    moved = fofe.prefix_fofe(changed, numpy.asarray([len(x)]), alpha)
+    assert not (moved[2 * reach - 1] == whole[2 * reach - 1]).all()
+    assert (moved[2 * reach:] == whole[2 * reach:]).all()
