@@ -73,6 +73,7 @@ def tune_decoding(candidates: Sequence[List[Candidate]], gold: Sequence[Gold], c
     a handful of dev spans, which lose F1 on test. With label_thresholds False only each
     level's algorithm and threshold are searched (the per-label ones are kept as they are).
     """
+    original = cfg
     cfg = {**cfg, "label_thresholds": dict(cfg["label_thresholds"])}
     before = best = span_f1(candidates, gold, levels_from(cfg), maps, strict)
     if cfg["nested"] and cfg["nested_threshold"] is None and not cfg["label_thresholds"]:
@@ -98,11 +99,12 @@ def tune_decoding(candidates: Sequence[List[Candidate]], gold: Sequence[Gold], c
     try_settings([{"decoding": a, "threshold": t} for a in ALGORITHMS for t in GRID])
     if cfg["nested"]:
         try_settings([{"nested_decoding": a, "nested_threshold": t} for a in ALGORITHMS for t in GRID])
-    if not label_thresholds:
-        return cfg, before, best
-    for _ in range(2):  # two passes: each label's best depends a little on the others
-        for label in labels:
-            try_settings(GRID, label=label)
+    if label_thresholds:
+        for _ in range(2):  # two passes: each label's best depends a little on the others
+            for label in labels:
+                try_settings(GRID, label=label)
+    if best <= before:
+        return dict(original), before, before  # nothing helped: no setting changes
     return cfg, before, best
 
 
@@ -144,6 +146,9 @@ def tune_pipeline(model: Path, dev: Path, output: Path, component: str = "fofe_n
         else:
             gold.extend({(s.start, s.end, s.label_) for s in gold_spans(eg.reference, ner.key)} for eg in batch)
         print(f"  {min(i + batch_size, len(examples))}/{len(examples)}", flush=True)
+    if not any(gold):
+        raise ValueError(f"{dev} has no gold spans under doc.spans[{ner.key!r}] or doc.ents, so there is nothing "
+                         f"to tune against; nothing was written. Check the file and the component's spans_key.")
     new_cfg, before, after = tune_decoding(candidates, gold, ner.cfg, ner.labels, maps, strict,
                                            label_thresholds=label_thresholds)
     keys = ["decoding", "nested_decoding", "threshold", "nested_threshold", "label_thresholds"]

@@ -342,3 +342,25 @@ def test_span_geometry():
     assert not crosses((0, 2), (2, 4))
     bounds = [(0, 5), (1, 3), (1, 3), (6, 7), (6, 8), (2, 9)]
     assert nested_flags(bounds) == [False, True, True, True, True, False]
+
+
+def test_tuning_changes_no_setting_when_nothing_raises_dev_f1():
+    from spacy_fofe.tune import tune_decoding
+
+    candidates = [[Candidate(0, 2, "ORG", 0.9), Candidate(1, 2, "LOC", 0.8)]]
+    gold = [{(0, 2, "ORG"), (1, 2, "LOC")}]  # already perfect
+    tuned, before, after = tune_decoding(candidates, gold, dict(NESTED_CFG, decoding="nesting-aware"), ["ORG", "LOC"])
+    assert before == after == 1.0
+    assert tuned == dict(NESTED_CFG, decoding="nesting-aware")  # nested_threshold stays None
+
+
+def test_tuning_on_a_dev_file_without_gold_spans_is_an_error_and_writes_nothing(trained, tmp_path):
+    from spacy.tokens import DocBin
+
+    from spacy_fofe.tune import tune_pipeline
+
+    trained.to_disk(tmp_path / "model")
+    DocBin(docs=[trained.make_doc("Ann Lee lives in Toronto .")]).to_disk(tmp_path / "dev.spacy")
+    with pytest.raises(ValueError, match="no gold spans under doc.spans\\['sc'\\] or doc.ents.*nothing was written"):
+        tune_pipeline(tmp_path / "model", tmp_path / "dev.spacy", tmp_path / "tuned")
+    assert not (tmp_path / "tuned").exists()
