@@ -50,7 +50,11 @@ def main(argv=None) -> int:
             columns = [int(c) for c in args.tag_columns.split(",")]
             separator = "\t" if args.separator in ("tab", "\\t") else args.separator
             records = converters.read_columns(args.input, args.token_column, columns, args.scheme, separator)
-        report = converters.convert(records, args.output, args.spans_key, not args.no_ents, args.max_length)
+        try:
+            report = converters.convert(records, args.output, args.spans_key, not args.no_ents, args.max_length)
+        except (ValueError, OSError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
         print(f"{args.input} -> {args.output}\n{report.summary()}")
     return 0
 

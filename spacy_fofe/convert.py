@@ -10,6 +10,7 @@ first), which the level-aware GermEval metric reads.
 """
 
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,32 +54,47 @@ class ConversionReport:
         lines.append(f"spans longer than n={self.max_length}: {longer} ({covered:.2f}% covered)"
                      + "".join(f"; {label}: {n}" for label, n in sorted(self.longer_than_n.items())))
         if self.invalid_tags:
-            lines.append(f"invalid tag sequences (I- after O or another type), read as B-: {self.invalid_tags}")
+            lines.append(f"invalid tag sequences (I-/L-/E- that could not continue a span), read as a new span: "
+                         f"{self.invalid_tags}")
         return "\n".join(lines)
 
 
-def tags_to_spans(tags: Sequence[str], scheme: str = "iob2") -> Tuple[List[SpanTuple], int]:
-    """Spans of an IOB1/IOB2 (BIO) tag column, and how many I- tags had to start a span.
+OUTSIDE_TAGS = ("O", "_")
+TAG = re.compile(r"^([BIES]|[LU])-(.+)$")
 
-    In IOB1 an I- tag after O or another type legally starts a span; in IOB2 it is an
-    invalid sequence, read as B- and counted.
+
+def tags_to_spans(tags: Sequence[str], scheme: str = "iob2") -> Tuple[List[SpanTuple], int]:
+    """Spans of an IOB1, IOB2 (BIO), IOBES or BILUO tag column, and how many tags had to be repaired.
+
+    B- and U-/S- start a span (U-/S- also end it), I- continues it and L-/E- continue and end
+    it. An I-/L-/E- that cannot continue (after O, another type, or a span already ended)
+    starts a span: legal in IOB1 after O or another type, otherwise counted as repaired.
+    spaCy's iob_utils raise on such sequences instead of counting them, hence this loop.
+    Raises ValueError for a tag of none of these forms.
     """
     spans: List[SpanTuple] = []
-    invalid = 0
-    start, label = None, None
-    for i, tag in enumerate(list(tags) + ["O"]):
-        prefix, _, tag_label = tag.partition("-")
-        if tag in ("O", "", "_") or prefix not in ("B", "I", "E", "S"):
+    repaired = 0
+    start, label, open_span = 0, None, False  # open_span: the current span may still grow
+    for i, tag in enumerate(tags):
+        if tag in OUTSIDE_TAGS:
             prefix, tag_label = "O", None
-        continues = prefix in ("I", "E") and label == tag_label
+        else:
+            match = TAG.match(tag)
+            if match is None:
+                raise ValueError(f"{tag!r} is not an IOB/BIO/IOBES/BILUO tag")
+            prefix, tag_label = match.groups()
+        continues = prefix in ("I", "L", "E") and open_span and label == tag_label
         if label is not None and not continues:
             spans.append((start, i, label))
-            start, label = None, None
+            label = None
         if prefix != "O" and not continues:
-            if prefix in ("I", "E") and scheme == "iob2":
-                invalid += 1
+            if prefix in ("I", "L", "E") and not (scheme == "iob1" and prefix == "I" and not open_span):
+                repaired += 1
             start, label = i, tag_label
-    return spans, invalid
+        open_span = label is not None and prefix in ("B", "I")
+    if label is not None:
+        spans.append((start, len(tags), label))
+    return spans, repaired
 
 
 def read_columns(
@@ -88,22 +104,36 @@ def read_columns(
     """Yield (words, spans of each tag column, invalid tag count) per sentence of a column file."""
     words: List[str] = []
     rows: List[List[str]] = []
+    line_numbers: List[int] = []
+    entity_tags = 0
 
     def flush():
+        nonlocal entity_tags
         levels, invalid = [], 0
         for column in tag_columns:
-            level_spans, level_invalid = tags_to_spans([row[column] for row in rows], scheme)
+            tags = [row[column] for row in rows]
+            try:
+                level_spans, level_invalid = tags_to_spans(tags, scheme)
+            except ValueError as err:
+                bad = next(n for n, tag in zip(line_numbers, tags) if tag not in OUTSIDE_TAGS and not TAG.match(tag))
+                found = sorted(set(tags))[:8]
+                raise ValueError(f"{path}:{bad}: column {column} is not a tag column ({err}); this sentence's values "
+                                 f"there: {found}. Choose the columns with --tag-columns.") from None
             levels.append(level_spans)
             invalid += level_invalid
+            entity_tags += sum(tag not in OUTSIDE_TAGS for tag in tags)
         return list(words), levels, invalid
 
-    with Path(path).open(encoding="utf8") as file:
-        for line in file:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    with path.open(encoding="utf8") as file:
+        for number, line in enumerate(file, 1):
             line = line.rstrip("\n").rstrip("\r")
             if not line.strip():
                 if words:
                     yield flush()
-                    words, rows = [], []
+                    words, rows, line_numbers = [], [], []
                 continue
             cells = line.split(separator) if separator else line.split()
             if line.startswith("#") and not _has_tags(cells, tag_columns):
@@ -115,8 +145,12 @@ def read_columns(
                 continue
             words.append(cells[token_column])
             rows.append(cells)
+            line_numbers.append(number)
     if words:
         yield flush()
+    if entity_tags == 0:
+        raise ValueError(f"{path}: tag columns {list(tag_columns)} hold no entity tags (every tag is O); nothing was "
+                         "written. Choose the columns with --tag-columns.")
 
 
 def _has_tags(cells: List[str], tag_columns: Sequence[int]) -> bool:
@@ -124,7 +158,7 @@ def _has_tags(cells: List[str], tag_columns: Sequence[int]) -> bool:
         tags = [cells[c] for c in tag_columns]
     except IndexError:
         return False
-    return all(t == "O" or (t[:2] in ("B-", "I-", "E-", "S-") and len(t) > 2) for t in tags)
+    return all(t in OUTSIDE_TAGS or TAG.match(t) is not None for t in tags)
 
 
 def read_jsonl(path: Path) -> Iterator[Tuple[List[str], List[List[SpanTuple]], int]]:

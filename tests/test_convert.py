@@ -83,3 +83,40 @@ def test_jsonl_span_outside_the_tokens_is_rejected(tmp_path):
     source.write_text(json.dumps({"tokens": ["a"], "spans": [[0, 2, "X"]]}), encoding="utf8")
     with pytest.raises(ValueError, match="outside the 1 tokens"):
         list(read_jsonl(source))
+
+
+def test_biluo_and_iobes_tags_keep_every_span():
+    assert tags_to_spans(["U-PER", "O", "B-ORG", "I-ORG", "L-ORG", "U-LOC"]) == (
+        [(0, 1, "PER"), (2, 5, "ORG"), (5, 6, "LOC")], 0)
+    assert tags_to_spans(["S-PER", "B-ORG", "E-ORG", "S-LOC"]) == ([(0, 1, "PER"), (1, 3, "ORG"), (3, 4, "LOC")], 0)
+    # A span already ended (U-, L-, E-) cannot be continued: the I-/L- starts a new one and is counted.
+    assert tags_to_spans(["U-PER", "I-PER", "B-LOC", "L-LOC", "L-LOC"]) == (
+        [(0, 1, "PER"), (1, 2, "PER"), (2, 4, "LOC"), (4, 5, "LOC")], 2)
+
+
+def test_a_column_that_is_not_iob_is_an_error_naming_it_and_nothing_is_written(tmp_path):
+    source = tmp_path / "pos.conll"
+    source.write_text("Ann NNP B-PER\nLee NNP I-PER\nsings VBZ O\n\nBob NNP B-PER\n", encoding="utf8")
+    with pytest.raises(ValueError, match=r"pos.conll:1: column 1 is not a tag column .*'NNP'.*--tag-columns"):
+        convert(read_columns(source, 0, [1]), tmp_path / "out.spacy")
+    assert not (tmp_path / "out.spacy").exists()
+    report = convert(read_columns(source, 0, [2]), tmp_path / "out.spacy")
+    assert sum(report.spans.values()) == 2
+
+
+def test_a_column_without_entity_tags_is_an_error_and_nothing_is_written(tmp_path):
+    source = tmp_path / "plain.conll"
+    source.write_text("Ann O\nsings O\n\nBob O\n", encoding="utf8")
+    with pytest.raises(ValueError, match=r"tag columns \[1\] hold no entity tags.*nothing was written"):
+        convert(read_columns(source, 0, [1]), tmp_path / "out.spacy")
+    assert not (tmp_path / "out.spacy").exists()
+
+
+def test_the_command_line_reports_a_missing_file_and_bad_columns_without_a_traceback(tmp_path):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "spacy_fofe", "convert", str(tmp_path / "missing.conll"),
+                          str(tmp_path / "out.spacy")], capture_output=True, text=True)
+    assert out.returncode == 1 and "missing.conll: no such file" in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "out.spacy").exists()
