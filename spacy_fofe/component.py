@@ -305,7 +305,7 @@ class FOFENER(TrainablePipe):
         gold, ignored = [], []
         for eg in examples:
             known, unknown = [], []
-            for span in self._aligned_gold(eg):
+            for span in aligned_gold(eg, self.key):
                 if span.label_ in label_ids:
                     known.append((span.start, span.end, label_ids[span.label_]))
                 else:
@@ -314,9 +314,6 @@ class FOFENER(TrainablePipe):
             gold.append(known)
             ignored.append(unknown)
         return fragment_targets(fragments, gold, ignored)
-
-    def _aligned_gold(self, eg: Example) -> List[Span]:
-        return aligned_gold(eg, self.key)
 
     def _warn_unknown_label(self, label: str) -> None:
         if label not in self._warned_labels:
@@ -336,7 +333,7 @@ class FOFENER(TrainablePipe):
         validate_get_examples(get_examples, "FOFENER.initialize")
         stats = GoldStats(self.cfg["max_length"])
         for eg in get_examples():
-            stats.add(eg, self._aligned_gold(eg), gold_spans(eg.reference, self.key))
+            stats.add(eg, aligned_gold(eg, self.key), gold_spans(eg.reference, self.key))
         if labels is None:
             labels = sorted(stats.labels)
         for label in labels:

@@ -63,6 +63,14 @@ OUTSIDE_TAGS = ("O", "_")
 TAG = re.compile(r"^([BIES]|[LU])-(.+)$")
 
 
+class NotATag(ValueError):
+    """A value in a tag column that is no tag; `index` is its position in the column."""
+
+    def __init__(self, tag: str, index: int):
+        super().__init__(f"{tag!r} is not an IOB/BIO/IOBES/BILUO tag")
+        self.index = index
+
+
 def tags_to_spans(tags: Sequence[str], scheme: str = "iob2") -> Tuple[List[SpanTuple], int]:
     """Spans of an IOB1, IOB2 (BIO), IOBES or BILUO tag column, and how many tags had to be repaired.
 
@@ -70,7 +78,7 @@ def tags_to_spans(tags: Sequence[str], scheme: str = "iob2") -> Tuple[List[SpanT
     it. An I-/L-/E- that cannot continue (after O, another type, or a span already ended)
     starts a span: legal in IOB1 after O or another type, otherwise counted as repaired.
     spaCy's iob_utils raise on such sequences instead of counting them, hence this loop.
-    Raises ValueError for a tag of none of these forms.
+    Raises NotATag for a value of none of these forms.
     """
     spans: List[SpanTuple] = []
     repaired = 0
@@ -81,7 +89,7 @@ def tags_to_spans(tags: Sequence[str], scheme: str = "iob2") -> Tuple[List[SpanT
         else:
             match = TAG.match(tag)
             if match is None:
-                raise ValueError(f"{tag!r} is not an IOB/BIO/IOBES/BILUO tag")
+                raise NotATag(tag, i)
             prefix, tag_label = match.groups()
         continues = prefix in ("I", "L", "E") and open_span and label == tag_label
         if label is not None and not continues:
@@ -114,10 +122,10 @@ def read_columns(
             tags = [row[column] for row in rows]
             try:
                 level_spans, level_invalid = tags_to_spans(tags, scheme)
-            except ValueError as err:
-                bad = next(n for n, tag in zip(line_numbers, tags) if tag not in OUTSIDE_TAGS and not TAG.match(tag))
+            except NotATag as err:
                 found = sorted(set(tags))[:8]
-                raise ValueError(f"{path}:{bad}: column {column} is not a tag column ({err}); this sentence's values "
+                where = f"{path}:{line_numbers[err.index]}"
+                raise ValueError(f"{where}: column {column} is not a tag column ({err}); this sentence's values "
                                  f"there: {found}. Choose the columns with --tag-columns.") from None
             levels.append(level_spans)
             invalid += level_invalid

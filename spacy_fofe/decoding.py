@@ -114,7 +114,7 @@ def nesting_aware(candidates: Sequence[Candidate], levels: Sequence[Level]) -> L
         kept_by_start.setdefault(cand.start, []).append(index)
         retry = [w for start in range(cand.start, cand.end) for w in waiting_by_start.pop(start, ())]
         for waiting in sorted(retry):  # in score order
-            if pool[waiting].end <= cand.end and pool[waiting][:2] != cand[:2]:
+            if contains((cand.start, cand.end), (pool[waiting].start, pool[waiting].end)):
                 try_keep(waiting)
             else:
                 waiting_by_start.setdefault(pool[waiting].start, []).append(waiting)

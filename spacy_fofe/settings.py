@@ -1,6 +1,6 @@
 """The settings of a fofe_ner component: their types, defaults and checks, in one place.
 
-The component keeps them in its `cfg` (a `Settings.Cfg`, so spaCy serializes them as it does
+The component keeps them in its `cfg` (a `Cfg`, so spaCy serializes them as it does
 any pipe's cfg); every edit of `cfg` is checked, so an impossible value fails where it is set.
 """
 
