@@ -7,9 +7,12 @@ is) into doc.spans[spans_key], and writes the outer level to doc.ents. See READM
 import dataclasses
 import warnings
 from itertools import islice
+from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import numpy
+import srsly
+from spacy import util
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc, Span, SpanGroup
@@ -22,12 +25,13 @@ from thinc.types import Floats2d
 from .decoding import Candidate, Level, decode, levels_from
 from .fragments import enumerate_fragments, fragment_targets, sample_fragments
 from .gold import GoldStats, aligned_gold, gold_spans
+from .model import is_v1_layout, read_v1_weights
 from .settings import NAMES as SETTING_NAMES
 from .settings import Cfg, Settings
 
 DEFAULT_MODEL_CONFIG = """
 [model]
-@architectures = "spacy_fofe.FOFENER.v1"
+@architectures = "spacy_fofe.FOFENER.v2"
 hidden_width = 128
 depth = 2
 dropout = 0.2
@@ -86,7 +90,7 @@ class FOFENER(TrainablePipe):
     """Find (possibly nested) named entities by classifying every fragment of up to n tokens.
 
     vocab: the shared vocabulary.
-    model: a Model[(List[Doc], fragments), Floats2d], e.g. spacy_fofe.FOFENER.v1.
+    model: a Model[(List[Doc], fragments), Floats2d], e.g. spacy_fofe.FOFENER.v2.
     settings: the fields of spacy_fofe.settings.Settings (spans_key, max_length, thresholds,
         decoding, nesting, NONE sampling rates, ents), kept in self.cfg.
     """
@@ -231,19 +235,56 @@ class FOFENER(TrainablePipe):
     # ----- serialization ----------------------------------------------------------------
 
     def from_disk(self, path, *, exclude=tuple()) -> "FOFENER":
-        try:
-            return super().from_disk(path, exclude=exclude)
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as err:
-            raise ValueError(f"[{self.name}] cannot read the component saved in {path}: its files are truncated, "
-                             f"corrupted or from another component ({type(err).__name__}: {err}). Restore or "
-                             "retrain it.") from err
+        where = f"saved in {path}"
+        readers = {
+            "cfg": lambda p: self._read_cfg(Path(p).read_bytes(), where),
+            "vocab": lambda p: self.vocab.from_disk(p, exclude=exclude),
+            "model": lambda p: self._read_model(Path(p).read_bytes(), where),
+        }
+        util.from_disk(path, readers, exclude)
+        return self
 
     def from_bytes(self, bytes_data: bytes, *, exclude=tuple()) -> "FOFENER":
+        where = "from bytes"
+        msg = self._unpack(bytes_data, where)
+        readers = {
+            "cfg": lambda b: self._read_cfg(b, where),
+            "vocab": lambda b: self.vocab.from_bytes(b, exclude=exclude),
+            "model": lambda b: self._read_model(b, where),
+        }
+        util.from_dict(msg, readers, exclude)
+        return self
+
+    def _read_cfg(self, data: bytes, where: str) -> None:
         try:
-            return super().from_bytes(bytes_data, exclude=exclude)
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as err:
-            raise ValueError(f"[{self.name}] cannot read the component from bytes: the data is truncated, "
-                             f"corrupted or from another component ({type(err).__name__}: {err}).") from err
+            cfg = srsly.json_loads(data)
+        except ValueError as err:  # ujson's and UnicodeDecodeError, both ValueErrors
+            raise self._unreadable(where, err) from err
+        if not isinstance(cfg, dict):
+            raise self._unreadable(where, TypeError(f"cfg is a {type(cfg).__name__}, not a mapping"))
+        self.cfg.update(cfg)
+
+    def _read_model(self, data: bytes, where: str) -> None:
+        """Read the model's weights; those of a FOFENER.v1 model go to the layers that hold them now."""
+        msg = self._unpack(data, where)
+        read = read_v1_weights if is_v1_layout(msg) else lambda model, msg: model.from_dict(msg)
+        try:
+            read(self.model, msg)
+        except (ValueError, KeyError, IndexError, TypeError) as err:  # what thinc raises on a foreign layout
+            raise self._unreadable(where, err) from err
+
+    def _unpack(self, data: bytes, where: str) -> dict:
+        try:
+            msg = srsly.msgpack_loads(data)
+        except ValueError as err:  # msgpack's errors on truncated or foreign data
+            raise self._unreadable(where, err) from err
+        if not isinstance(msg, dict):
+            raise self._unreadable(where, TypeError(f"the data holds a {type(msg).__name__}, not a mapping"))
+        return msg
+
+    def _unreadable(self, where: str, err: Exception) -> ValueError:
+        return ValueError(f"[{self.name}] cannot read the component {where}: the data is truncated, corrupted "
+                          f"or from another component ({type(err).__name__}: {err}). Restore or retrain it.")
 
     # ----- training ---------------------------------------------------------------------
 
@@ -363,7 +404,7 @@ class FOFENER(TrainablePipe):
                           f"spans_{self.key}_f = 1.0 there (and spans_sc_f = null).", stacklevel=2)
 
     def _is_initialized(self) -> bool:
-        return self.model.has_param("W") is True
+        return all(node.has_param(name) is True for node in self.model.walk() for name in node.param_names)
 
     def _require_initialized(self) -> None:
         if not self.labels or not self._is_initialized():

@@ -1,12 +1,18 @@
-"""The FOFENER.v1 architecture: gradients against finite differences, train/predict agreement."""
+"""The FOFENER.v2 architecture: gradients against finite differences, train/predict agreement, v1 weights."""
+
+from pathlib import Path
 
 import numpy
 import pytest
 import spacy
+import srsly
 from thinc.api import Model
 
+from spacy_fofe.component import FOFENER
 from spacy_fofe.fragments import enumerate_fragments
 from spacy_fofe.model import build_fofe_ner_model
+
+DATA = Path(__file__).parent / "data"
 
 
 def table_tok2vec(width: int, rows: int) -> Model:
@@ -62,8 +68,9 @@ def test_gradients_match_finite_differences(docs, groups, seed=0):
     d_scores = scores.copy()
     d_scores[rows, targets] -= 1.0
     backprop(d_scores)
-    tok2vec = model.get_ref("tok2vec")
-    checked = [(tok2vec, "T")] + [(model, name) for name in ("W", "b", "E") if model.has_param(name)]
+    checked = [(model.get_ref("tok2vec"), "T"), (model.get_ref("projection"), "W"), (model.get_ref("projection"), "b")]
+    if model.has_ref("char_codes") is True:
+        checked.append((model.get_ref("char_codes"), "E"))
     for owner, name in checked:
         param, grad = owner.get_param(name), owner.get_grad(name)
         assert numpy.abs(grad).max() > 1e-3, f"gradient of {name} is zero: the check would be vacuous"
@@ -102,3 +109,28 @@ def test_invalid_architecture_settings_name_the_setting():
     with pytest.raises(ValueError, match="feature group"):
         build_fofe_ner_model(table_tok2vec(4, 4), left_context=False, right_context=False, bag_of_words=False,
                              char_fofe=False)
+
+
+def test_weights_saved_by_v1_load_into_v2_and_score_the_same(docs):
+    """tests/data holds a FOFENER.v1 model (W, b and E on its root node) saved with this
+    test's settings, and its predictions on these docs."""
+    model = build_fofe_ner_model(table_tok2vec(6, 12), hidden_width=8, char_width=4, n_char_buckets=64)
+    fragments = enumerate_fragments([len(d) for d in docs], 4)
+    ner = FOFENER(docs[0].vocab, model, labels=["LOC", "PER"])
+    v1_model = (DATA / "fofe_ner_v1.model").read_bytes()
+    saved = srsly.msgpack_dumps({"cfg": srsly.json_dumps(dict(ner.cfg)), "model": v1_model})
+    ner.from_bytes(saved, exclude=["vocab"])
+    expected = numpy.load(DATA / "fofe_ner_v1_scores.npy")
+    numpy.testing.assert_allclose(model.predict((docs, fragments)), expected, atol=1e-6)
+    # Saved again, the weights are in v2's layout and load into a fresh v2 model.
+    fresh = build_fofe_ner_model(table_tok2vec(6, 12), hidden_width=8, char_width=4, n_char_buckets=64)
+    fresh.from_bytes(model.to_bytes())
+    numpy.testing.assert_allclose(fresh.predict((docs, fragments)), expected, atol=1e-6)
+
+
+def test_v1_weights_of_another_shape_are_a_clear_error(docs):
+    model = build_fofe_ner_model(table_tok2vec(6, 12), hidden_width=8, depth=3, char_width=4, n_char_buckets=64)
+    ner = FOFENER(docs[0].vocab, model, labels=["LOC", "PER"])
+    saved = srsly.msgpack_dumps({"model": (DATA / "fofe_ner_v1.model").read_bytes()})
+    with pytest.raises(ValueError, match="cannot read the component from bytes"):
+        ner.from_bytes(saved, exclude=["vocab"])

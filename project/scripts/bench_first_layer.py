@@ -1,8 +1,8 @@
 """Time the two ways of computing the FOFE first layer (docs/architecture.md, section 4), forward + backward.
 
 "positions": project each prefix-code array once (N rows), then sum projected rows on the
-fragment grid (what spacy_fofe.model does). "fragments": build every fragment's feature
-vector on the grid, gather the scored ones, and multiply by W. Word features only (the
+fragment grid (spacy_fofe.projection.FragmentProjection, the layer itself). "fragments": build every fragment's feature
+vector on the grid, gather the scored ones, and multiply by W (then the same ReLU). Word features only (the
 character features cost the same in both). Prints seconds per batch and the ratio.
 
     python project/scripts/bench_first_layer.py [--tokens 1000] [--width 128] [--n 7]
@@ -15,8 +15,11 @@ import numpy
 from thinc.api import NumpyOps
 
 from spacy_fofe import fofe
+from spacy_fofe.position_codes import Codes
+from spacy_fofe.projection import FragmentProjection
 
 ops = NumpyOps()
+DOC = 14  # tokens per doc
 PLACES = {"left_incl": "end", "left_excl": "start", "right_incl": "start", "right_excl": "end", "tokens": "mean"}
 
 
@@ -28,20 +31,16 @@ def sources(x, lengths):
 
 
 def by_positions(src, W, cells, n, d_out):
+    """The package's layer, FragmentProjection (training pass: grid of every row)."""
     N, d = src["tokens"].shape
-    grid = numpy.zeros((N, n, W.shape[0]), dtype="float32")
-    blocks = {}
-    for k, (name, place) in enumerate(PLACES.items()):
-        blocks[name] = W[:, k * d:(k + 1) * d]
-        grid += fofe.GRID_OPS[place][0](ops.gemm(src[name], blocks[name], trans2=True), n, 0, N)
-    out = grid.reshape((-1, W.shape[0]))[cells]
-    d_grid = numpy.zeros_like(grid).reshape((-1, W.shape[0]))
-    d_grid[cells] = d_out
-    d_grid = d_grid.reshape(grid.shape)
-    for name, place in PLACES.items():
-        d_proj = fofe.GRID_OPS[place][1](d_grid, N)
-        ops.gemm(d_proj, src[name], trans1=True)
-        ops.gemm(d_proj, blocks[name])
+    layer = FragmentProjection(list(PLACES), nO=W.shape[0], nI=d)
+    layer.set_param("W", W)
+    layer.set_param("b", numpy.zeros((W.shape[0],), dtype="float32"))
+    starts, sizes = cells // n, cells % n + 1
+    fragments = numpy.stack([starts // DOC, starts % DOC, starts % DOC + sizes], axis=1)
+    codes = Codes(numpy.full(N // DOC, DOC), dict(src))
+    out, backprop = layer((codes, fragments), is_train=True)
+    backprop(d_out)
     return out
 
 
@@ -50,7 +49,8 @@ def by_fragments(src, W, cells, n, d_out):
     feats = numpy.concatenate([fofe.GRID_OPS[place][0](src[name], n, 0, N) for name, place in PLACES.items()],
                               axis=2).reshape((N * n, -1))
     picked = feats[cells]
-    out = ops.gemm(picked, W, trans2=True)
+    out = ops.relu(ops.gemm(picked, W, trans2=True))
+    d_out = ops.backprop_relu(d_out, out)
     ops.gemm(d_out, picked, trans1=True)
     d_picked = ops.gemm(d_out, W)
     d_feats = numpy.zeros_like(feats)
@@ -78,11 +78,11 @@ def main():
     parser.add_argument("--hidden", default="64,128,256,512")
     args = parser.parse_args()
     rng = numpy.random.default_rng(0)
-    lengths = numpy.full(args.tokens // 14, 14)
+    lengths = numpy.full(args.tokens // DOC, DOC)
     N = int(lengths.sum())
     x = rng.normal(size=(N, args.width)).astype("float32")
     src = sources(x, lengths)
-    valid = numpy.asarray([t * args.n + k for t in range(N) for k in range(args.n) if t % 14 + k < 14])
+    valid = numpy.asarray([t * args.n + k for t in range(N) for k in range(args.n) if t % DOC + k < DOC])
     print(f"{N} tokens, width {args.width}, n={args.n}; seconds per batch, forward + backward")
     print("hidden  scored      positions  fragments  fragments/positions")
     for hidden in [int(h) for h in args.hidden.split(",")]:

@@ -1,0 +1,184 @@
+"""Layers that turn a batch of Docs into FOFE codes at every token position.
+
+Every fragment feature of the scorer is read from these (tokens, width) arrays at the
+fragment's boundaries (docs/architecture.md, section 3), so nothing here depends on the
+fragments. Three layers: `WordFOFECodes` (left and right context codes and the token
+vectors, from any tok2vec's output), `CharFOFECodes` (character codes at token
+boundaries, with their own embedding table) and `PositionCodes`, which runs a tok2vec and
+both and merges their arrays.
+"""
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+import numpy
+from spacy.tokens import Doc
+from spacy.util import registry
+from thinc.api import Model
+from thinc.types import Floats2d, Ints1d
+
+from . import fofe
+
+# The arrays each layer writes, by feature group.
+WORD_GROUPS = {
+    "left_context": ("left_incl", "left_excl"),
+    "right_context": ("right_incl", "right_excl"),
+    "bag_of_words": ("tokens",),
+}
+CHAR_ARRAYS = ("lr_end", "lr_before", "rl_start", "rl_after")
+
+
+@dataclass
+class Codes:
+    """FOFE codes of a batch: one row per token of all docs, doc after doc."""
+
+    lengths: numpy.ndarray  # tokens per doc (int64, on the CPU)
+    arrays: Dict[str, Floats2d] = field(default_factory=dict)  # name -> (tokens, width)
+    # With character codes: each token's [start, end) in the batch's characters (on the
+    # model's device) and the character forgetting factor, which a fragment's codes need.
+    char_bounds: Optional[Tuple[Ints1d, Ints1d]] = None
+    char_alpha: float = 0.0
+
+
+Gradients = Dict[str, Floats2d]
+
+
+@registry.layers("spacy_fofe.WordFOFECodes.v1")
+def WordFOFECodes(
+    alpha: float = 0.5,
+    left_context: bool = True,
+    right_context: bool = True,
+    bag_of_words: bool = True,
+    dropout: float = 0.0,
+) -> Model[List[Floats2d], Codes]:
+    """Left-to-right and right-to-left FOFE codes of the token vectors, including and
+    excluding each position, and the token vectors themselves (dropout applied first)."""
+    switches = {"left_context": left_context, "right_context": right_context, "bag_of_words": bag_of_words}
+    return Model(
+        "word_fofe_codes",
+        _word_forward,
+        attrs={"alpha": alpha, "groups": [group for group, on in switches.items() if on], "dropout_rate": dropout},
+    )
+
+
+def _word_forward(model: Model, tokvecs: List[Floats2d], is_train: bool) -> Tuple[Codes, Callable]:
+    ops = model.ops
+    alpha, groups = model.attrs["alpha"], model.attrs["groups"]
+    lengths = numpy.asarray([len(v) for v in tokvecs], dtype="int64")
+    lengths_dev = ops.asarray(lengths)
+    x = ops.flatten(list(tokvecs))
+    mask = ops.get_dropout_mask(x.shape, model.attrs["dropout_rate"]) if is_train else None
+    if mask is not None:
+        x = x * mask
+    arrays = {}
+    if "left_context" in groups:
+        arrays["left_incl"] = fofe.prefix_fofe(x, lengths_dev, alpha)
+        arrays["left_excl"] = fofe.shift_within(arrays["left_incl"], lengths_dev, -1)
+    if "right_context" in groups:
+        arrays["right_incl"] = fofe.prefix_fofe(x, lengths_dev, alpha, reverse=True)
+        arrays["right_excl"] = fofe.shift_within(arrays["right_incl"], lengths_dev, 1)
+    if "bag_of_words" in groups:
+        arrays["tokens"] = x
+
+    def backprop(d_arrays: Gradients) -> List[Floats2d]:
+        d_x = d_arrays["tokens"] if "tokens" in d_arrays else ops.alloc2f(*x.shape)
+        if "left_incl" in d_arrays:
+            d_left = d_arrays["left_incl"] + fofe.shift_within(d_arrays["left_excl"], lengths_dev, 1)
+            d_x = d_x + fofe.prefix_fofe_backward(d_left, lengths_dev, alpha)
+        if "right_incl" in d_arrays:
+            d_right = d_arrays["right_incl"] + fofe.shift_within(d_arrays["right_excl"], lengths_dev, -1)
+            d_x = d_x + fofe.prefix_fofe_backward(d_right, lengths_dev, alpha, reverse=True)
+        if mask is not None:
+            d_x = d_x * mask
+        return ops.unflatten(d_x, lengths_dev)
+
+    return Codes(lengths, arrays), backprop
+
+
+@registry.layers("spacy_fofe.CharFOFECodes.v1")
+def CharFOFECodes(
+    nO: int = 32, nV: int = 2048, alpha: float = 0.8
+) -> Model[List[Doc], Codes]:
+    """Character FOFE codes at every token's boundaries (`fofe.char_boundary_codes`).
+
+    nO: the character embedding width. nV: rows of the embedding table; a character's row
+    is its code point modulo nV, so any text works and rare collisions share a row.
+    """
+    return Model("char_fofe_codes", _char_forward, init=_char_init, dims={"nO": nO, "nV": nV},
+                 params={"E": None}, attrs={"alpha": alpha})
+
+
+def _char_init(model: Model, X=None, Y=None) -> None:
+    # Its own generator, so the table does not depend on what else was initialized first.
+    rng = numpy.random.default_rng(0)
+    table = rng.uniform(-0.1, 0.1, (model.get_dim("nV"), model.get_dim("nO"))).astype("float32")
+    model.set_param("E", model.ops.asarray(table))
+
+
+def _char_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Codes, Callable]:
+    ops = model.ops
+    alpha = model.attrs["alpha"]
+    codepoints, char_lengths, token_starts, token_ends = doc_characters(docs)
+    ids = ops.asarray((codepoints % model.get_dim("nV")).astype("int64"))
+    char_lengths, token_starts, token_ends = (ops.asarray(a) for a in (char_lengths, token_starts, token_ends))
+    table = model.get_param("E")
+    codes = fofe.char_boundary_codes(table[ids], char_lengths, token_starts, token_ends, alpha)
+    lengths = numpy.asarray([len(doc) for doc in docs], dtype="int64")
+
+    def backprop(d_arrays: Gradients) -> List[Doc]:
+        d_codes = tuple(d_arrays[name] for name in CHAR_ARRAYS)
+        d_chars = fofe.char_boundary_codes_backward(d_codes, char_lengths, token_starts, token_ends, alpha,
+                                                    len(ids))
+        d_table = ops.alloc2f(*table.shape)
+        ops.scatter_add(d_table, ids, d_chars)
+        model.inc_grad("E", d_table)
+        return []
+
+    return Codes(lengths, dict(zip(CHAR_ARRAYS, codes)), (token_starts, token_ends), alpha), backprop
+
+
+def doc_characters(docs: List[Doc]):
+    """Code points of each doc's text, flat, and each token's flat [start, end) character offsets."""
+    texts = [numpy.frombuffer(doc.text.encode("utf-32-le"), dtype=numpy.uint32) for doc in docs]
+    char_lengths = numpy.asarray([len(t) for t in texts], dtype="int64")
+    char_offsets = numpy.cumsum(char_lengths) - char_lengths
+    starts, ends = [], []
+    for doc, offset in zip(docs, char_offsets):
+        if len(doc):
+            idx = doc.to_array("IDX").astype("int64") + offset
+            starts.append(idx)
+            ends.append(idx + doc.to_array("LENGTH").astype("int64"))
+    empty = numpy.zeros((0,), dtype="int64")
+    codepoints = numpy.concatenate(texts) if texts else numpy.zeros((0,), dtype=numpy.uint32)
+    return (codepoints, char_lengths,
+            numpy.concatenate(starts) if starts else empty, numpy.concatenate(ends) if ends else empty)
+
+
+@registry.layers("spacy_fofe.PositionCodes.v1")
+def PositionCodes(
+    tok2vec: Model[List[Doc], List[Floats2d]],
+    word_codes: Model[List[Floats2d], Codes],
+    char_codes: Optional[Model[List[Doc], Codes]] = None,
+) -> Model[List[Doc], Codes]:
+    """Run the tok2vec and the word codes on its output, and the character codes on the docs."""
+    layers = [tok2vec, word_codes] + ([char_codes] if char_codes is not None else [])
+    refs = {"tok2vec": tok2vec, "word_codes": word_codes, "char_codes": char_codes}
+    return Model("position_codes", _position_forward, layers=layers, refs=refs)
+
+
+def _position_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Codes, Callable]:
+    tokvecs, backprop_tok2vec = model.get_ref("tok2vec")(docs, is_train)
+    codes, backprop_words = model.get_ref("word_codes")(tokvecs, is_train)
+    backprop_chars = None
+    if model.has_ref("char_codes") is True:
+        chars, backprop_chars = model.get_ref("char_codes")(docs, is_train)
+        codes.arrays.update(chars.arrays)
+        codes.char_bounds, codes.char_alpha = chars.char_bounds, chars.char_alpha
+
+    def backprop(d_arrays: Gradients) -> List[Doc]:
+        backprop_tok2vec(backprop_words(d_arrays))
+        if backprop_chars is not None:
+            backprop_chars(d_arrays)
+        return []
+
+    return codes, backprop

@@ -1,0 +1,188 @@
+"""The scorer's first layer, computed on positions rather than on fragments.
+
+Every fragment feature is a code read at one of the fragment's boundaries (or the mean of
+its rows), and the layer is linear before its ReLU, so each code array is projected once
+(one row per token) and a fragment's pre-activation is a sum of a few projected rows,
+laid out on the (rows, n) grid of `fofe.py` (docs/architecture.md, section 4).
+`project/scripts/bench_first_layer.py` measures this against the plain product over
+gathered fragment features.
+"""
+
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy
+from spacy.util import registry
+from thinc.api import Model, glorot_uniform_init
+from thinc.types import Floats2d, Floats3d, Ints2d
+
+from . import fofe
+from .position_codes import Codes
+
+# The column blocks of W, in order, for each feature group.
+FEATURE_BLOCKS = {
+    "left_context": ("left_incl", "left_excl"),
+    "right_context": ("right_incl", "right_excl"),
+    "bag_of_words": ("tokens",),
+    "char_fofe": ("lr", "rl"),
+}
+CHAR_BLOCKS = ("lr", "rl")
+# Every code array: the block of W it is multiplied by, and where on the fragment it is
+# read: its "start" row, its "end" row, the "mean" over its rows, or start/end times
+# -char_alpha ** (characters in the fragment) ("_decayed": the character FOFE of a fragment).
+SOURCES = {
+    "left_incl": ("left_incl", "end"),
+    "left_excl": ("left_excl", "start"),
+    "right_incl": ("right_incl", "start"),
+    "right_excl": ("right_excl", "end"),
+    "tokens": ("tokens", "mean"),
+    "lr_end": ("lr", "end"),
+    "lr_before": ("lr", "start_decayed"),
+    "rl_start": ("rl", "start"),
+    "rl_after": ("rl", "end_decayed"),
+}
+
+InT = Tuple[Codes, Ints2d]
+
+
+@registry.layers("spacy_fofe.FragmentProjection.v1")
+def FragmentProjection(
+    blocks: Sequence[str],
+    nO: Optional[int] = None,
+    nI: Optional[int] = None,
+    nC: int = 0,
+    dropout: float = 0.0,
+) -> Model[InT, Floats2d]:
+    """ReLU(W . features + b) of every fragment (doc index, start, end), from position codes.
+
+    blocks: the column blocks of W in order (FEATURE_BLOCKS' values); nI: the token vector
+    width (word blocks); nC: the character embedding width (character blocks).
+    """
+    return Model(
+        "fragment_projection",
+        _forward,
+        init=_init,
+        dims={"nO": nO, "nI": nI, "nC": nC},
+        params={"W": None, "b": None},
+        attrs={"blocks": list(blocks), "dropout_rate": dropout},
+    )
+
+
+def _init(model: Model, X=None, Y=None) -> None:
+    n_in = max(column.stop for column in columns(model).values())
+    model.set_param("W", glorot_uniform_init(model.ops, (model.get_dim("nO"), n_in)))
+    model.set_param("b", model.ops.alloc1f(model.get_dim("nO")))
+
+
+def columns(model: Model) -> Dict[str, slice]:
+    """The columns of W each block occupies."""
+    nI, nC = model.get_dim("nI"), model.get_dim("nC")
+    out, offset = {}, 0
+    for block in model.attrs["blocks"]:
+        width = nC if block in CHAR_BLOCKS else nI
+        out[block] = slice(offset, offset + width)
+        offset += width
+    return out
+
+
+def _forward(model: Model, inputs: InT, is_train: bool) -> Tuple[Floats2d, Callable]:
+    """Training builds the grid of every row, so the backprop reaches every code; inference
+    builds only the rows the given fragments start on (the caller passes a block of them)."""
+    codes, fragments = inputs
+    ops = model.ops
+    nH = model.get_dim("nO")
+    lengths = codes.lengths
+    n_tokens = int(lengths.sum())
+    fragments = numpy.asarray(fragments, dtype="int64").reshape((-1, 3))
+    starts = (numpy.cumsum(lengths) - lengths)[fragments[:, 0]] + fragments[:, 1]
+    sizes = fragments[:, 2] - fragments[:, 1]
+    if len(fragments) == 0:
+        return ops.alloc2f(0, nH), lambda d_hidden: {name: ops.alloc2f(*a.shape) for name, a in codes.arrays.items()}
+    n = int(sizes.max())
+    begin, end = (0, n_tokens) if is_train else (int(starts.min()), int(starts.max()) + 1)
+    placed, backprop_placed = _project(model, codes.arrays, begin, min(end + n - 1, n_tokens))
+    grid = _grid(placed, codes, n, begin, end)
+    cells = ops.asarray((starts - begin) * n + sizes - 1)
+    pre = grid.reshape((-1, nH))[cells]  # a copy: add and clip in place
+    pre += model.get_param("b")
+    if not is_train:
+        return ops.relu(pre, inplace=True), _no_backprop
+    hidden = ops.relu(pre)
+    mask = ops.get_dropout_mask(hidden.shape, model.attrs["dropout_rate"])
+    if mask is not None:
+        hidden = hidden * mask
+
+    def backprop(d_hidden: Floats2d) -> Dict[str, Floats2d]:
+        if mask is not None:
+            d_hidden = d_hidden * mask
+        d_pre = ops.backprop_relu(d_hidden, pre)
+        model.inc_grad("b", d_pre.sum(axis=0))
+        d_grid = ops.alloc2f(n_tokens * n, nH)
+        d_grid[cells] = d_pre  # fragments are distinct, so are their cells: no scatter-add needed
+        d_grid = d_grid.reshape((n_tokens, n, nH))
+        d_placed = {place: backward(d_grid, n_tokens)
+                    for place, (_, backward) in fofe.GRID_OPS.items() if place in placed}
+        if codes.char_bounds is not None:
+            d_decayed = -_char_decay(codes, n, 0, n_tokens)[:, :, None] * d_grid
+            d_placed["start_decayed"] = fofe.grid_at_start_backward(d_decayed, n_tokens)
+            d_placed["end_decayed"] = fofe.grid_at_end_backward(d_decayed, n_tokens)
+        return backprop_placed(d_placed)
+
+    return hidden, backprop
+
+
+def _no_backprop(d_hidden):
+    raise ValueError("fragment_projection: backprop called on a forward pass run with is_train=False")
+
+
+def _char_decay(codes: Codes, n: int, begin: int, end: int):
+    return fofe.char_decay(*codes.char_bounds, n, codes.char_alpha, begin, end)
+
+
+def _grid(placed: Dict[str, Floats2d], codes: Codes, n: int, begin: int, end: int) -> Floats3d:
+    """Pre-activations (without b) of the fragments starting on rows begin..end, as a
+    (end - begin, n, nH) grid; `placed` holds the projected rows from `begin` on."""
+    rows = end - begin
+    grid = None
+    for place, (grid_op, _) in fofe.GRID_OPS.items():
+        if place in placed:
+            part = grid_op(placed[place], n, 0, rows)
+            grid = part if grid is None else grid + part
+    if codes.char_bounds is not None:
+        decayed = fofe.grid_at_start(placed["start_decayed"], n, 0, rows)
+        decayed += fofe.grid_at_end(placed["end_decayed"], n, 0, rows)
+        decayed *= _char_decay(codes, n, begin, end)[:, :, None]
+        grid = grid - decayed if grid is not None else -decayed
+    return grid
+
+
+def _project(model: Model, arrays: Dict[str, Floats2d], begin: int, stop: int):
+    """Rows begin..stop of every code array times its block of W, summed by where they are read.
+
+    Returns {place: (stop - begin, nH)} and the backprop from {place: gradient} to
+    {array name: gradient} (training projects all rows, so begin is 0 there).
+    """
+    ops = model.ops
+    W = model.get_param("W")
+    blocks = columns(model)
+    placed: Dict[str, Floats2d] = {}
+    for name, array in arrays.items():
+        block, place = SOURCES[name]
+        projected = ops.gemm(array[begin:stop], W[:, blocks[block]], trans2=True)
+        placed[place] = placed[place] + projected if place in placed else projected
+
+    def backprop(d_placed: Dict[str, Floats2d]) -> Dict[str, Floats2d]:
+        d_W = ops.alloc2f(*W.shape)
+        d_arrays = {}
+        for name, array in arrays.items():
+            block, place = SOURCES[name]
+            d_W[:, blocks[block]] += ops.gemm(d_placed[place], array, trans1=True)
+            d_arrays[name] = ops.gemm(d_placed[place], W[:, blocks[block]])
+        model.inc_grad("W", d_W)
+        return d_arrays
+
+    return placed, backprop
+
+
+def blocks_of(groups: List[str]) -> List[str]:
+    """W's column blocks for the switched-on feature groups, in order."""
+    return [block for group in groups for block in FEATURE_BLOCKS[group]]
