@@ -335,6 +335,14 @@ def test_a_damaged_model_file_is_a_clear_error(trained, tmp_path, damage):
         spacy.blank("en").add_pipe("fofe_ner").from_bytes(b"\x93\x01")
 
 
+@pytest.mark.parametrize("cfg", [b"{not json", b"[1, 2]", bytes(range(256))])
+def test_a_damaged_cfg_file_is_a_clear_error(trained, tmp_path, cfg):
+    trained.to_disk(tmp_path / "pipeline")
+    (tmp_path / "pipeline" / "fofe_ner" / "cfg").write_bytes(cfg)
+    with pytest.raises(ValueError, match="cannot read the component saved in .*truncated, corrupted"):
+        spacy.load(tmp_path / "pipeline")
+
+
 def test_reference_with_other_tokenization_trains_and_counts_spans_that_do_not_align():
     nlp = spacy.blank("en")
     nlp.add_pipe("fofe_ner", config={"model": SMALL_MODEL})
