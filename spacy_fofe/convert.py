@@ -3,10 +3,11 @@
 Column files: one token per line, a token column and one IOB/BIO tag column per nesting
 level (CoNLL-2003: `token POS chunk NER`, IOB1; GermEval 2014: `id token outer inner`,
 BIO), blank lines between sentences, `#` comment lines and `-DOCSTART-` lines skipped.
-JSON lines: {"tokens": [...], "spans": [[start, end, label], ...]} (end exclusive).
-Readers yield (words, spans of each level, invalid tag count); with more than one level
-the converter also writes each level to doc.spans[f"{key}_level{i}"] (i from 1, outer
-first), which the level-aware GermEval metric reads.
+JSON lines (`read_jsonl`): tokens with token-offset spans, or Prodigy/spaCy-style text with
+character-offset spans, tokenized by a spaCy tokenizer. Readers yield `Record`s; with more
+than one level the converter also writes each level to doc.spans[f"{key}_level{i}"] (i from
+1, outer first), which the level-aware GermEval metric reads. Nothing is dropped or
+repaired without being counted, per reason, in the report.
 """
 
 import json
@@ -14,7 +15,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from spacy.tokens import Doc, DocBin, Span
 from spacy.util import filter_spans
@@ -26,6 +27,19 @@ SpanTuple = Tuple[int, int, str]
 
 
 @dataclass
+class Record:
+    """One doc read from a corpus file: its words, its spans per level (outer first), and
+    what the reader had to change: {reason: count} of spans dropped and of spans repaired."""
+
+    words: List[str]
+    levels: List[List[SpanTuple]]
+    spaces: Optional[List[bool]] = None
+    dropped: Counter = field(default_factory=Counter)
+    repaired: Counter = field(default_factory=Counter)
+    examples: List[str] = field(default_factory=list)  # where and what was dropped, for the report
+
+
+@dataclass
 class ConversionReport:
     """What a conversion saw: counts that tell whether the gold survived intact."""
 
@@ -33,9 +47,12 @@ class ConversionReport:
     tokens: int = 0
     spans: Counter = field(default_factory=Counter)
     longer_than_n: Counter = field(default_factory=Counter)
-    invalid_tags: int = 0
+    dropped: Counter = field(default_factory=Counter)
+    repaired: Counter = field(default_factory=Counter)
+    examples: List[str] = field(default_factory=list)
     nested: int = 0
     max_length: int = 7
+    SHOWN_EXAMPLES = 5
 
     def add(self, words: Sequence[str], spans: Sequence[SpanTuple]) -> None:
         self.docs += 1
@@ -53,13 +70,18 @@ class ConversionReport:
         covered = 100.0 * (total - longer) / total if total else 100.0
         lines.append(f"spans longer than n={self.max_length}: {longer} ({covered:.2f}% covered)"
                      + "".join(f"; {label}: {n}" for label, n in sorted(self.longer_than_n.items())))
-        if self.invalid_tags:
-            lines.append(f"invalid tag sequences (I-/L-/E- that could not continue a span), read as a new span: "
-                         f"{self.invalid_tags}")
+        for reason, n in sorted(self.repaired.items()):
+            lines.append(f"repaired: {n} {reason}")
+        for reason, n in sorted(self.dropped.items()):
+            lines.append(f"DROPPED: {n} {reason}")
+        lines += [f"  {example}" for example in self.examples[: self.SHOWN_EXAMPLES]]
+        if len(self.examples) > self.SHOWN_EXAMPLES:
+            lines.append(f"  ... and {len(self.examples) - self.SHOWN_EXAMPLES} more")
         return "\n".join(lines)
 
 
 OUTSIDE_TAGS = ("O", "_")
+REPAIRED_TAGS = "tag sequences where an I-/L-/E- could not continue a span and starts one"
 TAG = re.compile(r"^([BIES]|[LU])-(.+)$")
 
 
@@ -108,8 +130,8 @@ def tags_to_spans(tags: Sequence[str], scheme: str = "iob2") -> Tuple[List[SpanT
 def read_columns(
     path: Path, token_column: int = 0, tag_columns: Sequence[int] = (-1,), scheme: str = "iob2",
     separator: Optional[str] = None,
-) -> Iterator[Tuple[List[str], List[List[SpanTuple]], int]]:
-    """Yield (words, spans of each tag column, invalid tag count) per sentence of a column file."""
+) -> Iterator[Record]:
+    """Yield a Record per sentence of a column file (a level per tag column)."""
     words: List[str] = []
     rows: List[List[str]] = []
     line_numbers: List[int] = []
@@ -130,7 +152,8 @@ def read_columns(
             levels.append(level_spans)
             invalid += level_invalid
             entity_tags += sum(tag not in OUTSIDE_TAGS for tag in tags)
-        return list(words), levels, invalid
+        repaired = Counter({REPAIRED_TAGS: invalid}) if invalid else Counter()
+        return Record(list(words), levels, repaired=repaired)
 
     path = Path(path)
     if not path.is_file():
@@ -169,26 +192,124 @@ def _has_tags(cells: List[str], tag_columns: Sequence[int]) -> bool:
     return all(t in OUTSIDE_TAGS or TAG.match(t) is not None for t in tags)
 
 
-def read_jsonl(path: Path) -> Iterator[Tuple[List[str], List[List[SpanTuple]], int]]:
-    """Yield (words, [spans], 0) per line of a JSON lines file; blank lines are skipped."""
-    with Path(path).open(encoding="utf8") as file:
+MISALIGNED = "spans whose character offsets do not fall on token boundaries"
+DUPLICATE = "duplicate spans (same tokens and label as another span of the doc)"
+
+
+def read_jsonl(path: Path, tokenizer: Optional[Callable[[str], Doc]] = None) -> Iterator[Record]:
+    """Yield a Record per line of a JSON lines file; blank lines are skipped.
+
+    A line is an object with either
+    - "tokens": strings, or Prodigy-style objects with "text" (and "ws": a space follows),
+      and "spans": [start, end, label] token offsets (end exclusive), or objects with
+      "token_start" / "token_end" (Prodigy: end inclusive) and "label"; or
+    - "text", tokenized with `tokenizer`, and "spans" (or spaCy v2's "entities") as
+      [start, end, label] character offsets or objects with "start" / "end" / "label".
+    A character span that does not fall on token boundaries is dropped and counted, with
+    its line and text in the report. Malformed lines are errors naming the line.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    vocab = tokenizer.vocab if tokenizer is not None and hasattr(tokenizer, "vocab") else Vocab()
+    with path.open(encoding="utf8") as file:
         for number, line in enumerate(file, 1):
-            if not line.strip():
-                continue
-            record = json.loads(line)
-            words = record["tokens"]
-            spans = []
-            for start, end, label in record.get("spans", []):
-                if not 0 <= start < end <= len(words):
-                    raise ValueError(f"{path}:{number}: span [{start}, {end}) is outside the {len(words)} tokens")
-                spans.append((int(start), int(end), str(label)))
-            yield words, [sorted(set(spans))], 0
+            if line.strip():
+                yield _jsonl_record(line, f"{path}:{number}", tokenizer, vocab)
 
 
-def make_doc(vocab: Vocab, words: List[str], levels: List[List[SpanTuple]], spans_key: str, ents: bool) -> Doc:
+def _jsonl_record(line: str, where: str, tokenizer, vocab: Vocab) -> Record:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{where}: not valid JSON ({err.msg}, column {err.colno})") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: a line must hold a JSON object, not {type(record).__name__}")
+    if "tokens" in record:
+        words, spaces = _tokens(record["tokens"], where)
+        doc = Doc(vocab, words=words, spaces=spaces)
+    elif isinstance(record.get("text"), str):
+        if tokenizer is None:
+            raise ValueError(f"{where}: a record with \"text\" and no \"tokens\" needs a tokenizer")
+        doc = tokenizer(record["text"])
+        words, spaces = [t.text for t in doc], [bool(t.whitespace_) for t in doc]
+    else:
+        raise ValueError(f"{where}: a record needs \"tokens\" (a list) or \"text\" (a string); "
+                         f"found keys {sorted(record)}")
+    items = record.get("spans", record.get("entities", []))
+    if not isinstance(items, list):
+        raise ValueError(f"{where}: \"spans\" must be a list, not {type(items).__name__}")
+    by_tokens = "tokens" in record
+    out = Record(words, [], spaces)
+    spans = []
+    for item in items:
+        span = _span(item, doc, by_tokens, where)
+        if span is None:
+            out.dropped[MISALIGNED] += 1
+            start, end = _span_fields(item, where)[:2]
+            out.examples.append(f"{where}: {record.get('text', doc.text)[start:end]!r} [{start}, {end}) "
+                                f"does not fall on token boundaries")
+        elif span in spans:
+            out.dropped[DUPLICATE] += 1
+        else:
+            spans.append(span)
+    out.levels = [sorted(spans)]
+    return out
+
+
+def _tokens(tokens, where: str) -> Tuple[List[str], List[bool]]:
+    if not isinstance(tokens, list):
+        raise ValueError(f"{where}: \"tokens\" must be a list, not {type(tokens).__name__}")
+    words, spaces = [], []
+    for token in tokens:
+        if isinstance(token, str):
+            words.append(token)
+            spaces.append(True)
+        elif isinstance(token, dict) and isinstance(token.get("text"), str):
+            words.append(token["text"])
+            spaces.append(bool(token.get("ws", True)))
+        else:
+            raise ValueError(f"{where}: a token must be a string or an object with \"text\", got {token!r}")
+    if any(not word for word in words):
+        raise ValueError(f"{where}: a token is the empty string")
+    return words, spaces
+
+
+def _span_fields(item, where: str, by_tokens: bool = False) -> Tuple[int, int, str]:
+    """(start, end, label) of a span item; end exclusive, in tokens or characters."""
+    if isinstance(item, (list, tuple)) and len(item) == 3:
+        start, end, label = item
+    elif isinstance(item, dict) and "label" in item and by_tokens and "token_start" in item and "token_end" in item:
+        start, end, label = item["token_start"], item["token_end"] + 1, item["label"]  # Prodigy: end inclusive
+    elif isinstance(item, dict) and "label" in item and "start" in item and "end" in item:
+        start, end, label = item["start"], item["end"], item["label"]
+    else:
+        raise ValueError(f"{where}: a span must be [start, end, label] or an object with \"label\" and "
+                         f"\"start\"/\"end\" (or \"token_start\"/\"token_end\"), got {item!r}")
+    if not (isinstance(start, int) and isinstance(end, int) and isinstance(label, str) and label):
+        raise ValueError(f"{where}: span {item!r} needs integer offsets and a non-empty label")
+    return start, end, label
+
+
+def _span(item, doc: Doc, by_tokens: bool, where: str) -> Optional[SpanTuple]:
+    """The span's token offsets, or None when its character offsets miss token boundaries."""
+    prodigy_tokens = isinstance(item, dict) and "token_start" in item
+    start, end, label = _span_fields(item, where, by_tokens)
+    if by_tokens and (not isinstance(item, dict) or prodigy_tokens):
+        if not 0 <= start < end <= len(doc):
+            raise ValueError(f"{where}: span [{start}, {end}) is outside the {len(doc)} tokens")
+        return start, end, label
+    if not 0 <= start < end <= len(doc.text):
+        raise ValueError(f"{where}: span [{start}, {end}) is outside the text's {len(doc.text)} characters")
+    span = doc.char_span(start, end, label=label)
+    return None if span is None else (span.start, span.end, label)
+
+
+def make_doc(vocab: Vocab, record: Record, spans_key: str, ents: bool) -> Doc:
     """A Doc with all spans in doc.spans[spans_key] (each level in its own group too when
     there are several) and, if asked, the outer level in doc.ents."""
-    doc = Doc(vocab, words=words)
+    doc = Doc(vocab, words=record.words, spaces=record.spaces)
+    levels = record.levels
     spans = sorted({span for level in levels for span in level})
     doc.spans[spans_key] = [Span(doc, start, end, label=label) for start, end, label in spans]
     if len(levels) > 1:
@@ -205,19 +326,21 @@ def count_nested(spans: Sequence[SpanTuple]) -> int:
 
 
 def convert(
-    records: Iterable[Tuple[List[str], List[List[SpanTuple]], int]], output: Path, spans_key: str = "sc",
-    ents: bool = True, max_length: int = 7, lang: str = "xx",
+    records: Iterable[Record], output: Path, spans_key: str = "sc", ents: bool = True, max_length: int = 7,
 ) -> ConversionReport:
-    """Write records to a .spacy file and return what was written."""
+    """Write records to a .spacy file and return what was written. Nothing is written when
+    reading fails."""
     vocab = Vocab()
     report = ConversionReport(max_length=max_length)
     doc_bin = DocBin(store_user_data=True)
-    for words, levels, invalid in records:
-        spans = sorted({span for level in levels for span in level})
-        report.invalid_tags += invalid
+    for record in records:
+        spans = sorted({span for level in record.levels for span in level})
+        report.dropped.update(record.dropped)
+        report.repaired.update(record.repaired)
+        report.examples.extend(record.examples)
         report.nested += count_nested(spans)
-        report.add(words, spans)
-        doc_bin.add(make_doc(vocab, words, levels, spans_key, ents))
+        report.add(record.words, spans)
+        doc_bin.add(make_doc(vocab, record, spans_key, ents))
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     doc_bin.to_disk(output)

@@ -40,3 +40,18 @@ def nested_flags(bounds: Sequence[Bounds]) -> List[bool]:
 def bounds_of(spans: Iterable) -> List[Bounds]:
     """(start, end) of spans given as objects with start/end or as (start, end, ...) tuples."""
     return [(s.start, s.end) if hasattr(s, "start") else (s[0], s[1]) for s in spans]
+
+
+def depths(bounds: Sequence[Bounds]) -> List[int]:
+    """For each span, its nesting depth: 0 when no span contains it, else one more than its
+    innermost container's. Exact for properly nested sets (a crossing span is no container).
+    O(S log S): sorted by start, longest first, the open containers form a stack."""
+    order = sorted(range(len(bounds)), key=lambda i: (bounds[i][0], -bounds[i][1]))
+    out = [0] * len(bounds)
+    stack: List[Bounds] = []
+    for i in order:
+        while stack and not contains(stack[-1], bounds[i]):
+            stack.pop()
+        out[i] = len(stack)
+        stack.append(bounds[i])
+    return out

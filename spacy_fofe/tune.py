@@ -4,8 +4,9 @@ A model trained with cross-entropy is not tuned for entity F1. The network runs 
 the dev set; every candidate setting is then scored by re-decoding the stored candidates.
 """
 
+import random
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import spacy
 from spacy.tokens import Span
@@ -60,18 +61,24 @@ def span_f1(candidates: Sequence[List[Candidate]], gold: Sequence[Gold], levels:
     return 2 * tp / (n_pred + n_gold) if n_pred + n_gold else 0.0
 
 
+def part(items: Sequence, rows: Sequence[int]) -> list:
+    return [items[i] for i in rows]
+
+
 MIN_GAIN = 0.0005  # 0.05 F1 points: smaller gains on dev are noise (a rare label's one span)
 
 
 def tune_decoding(candidates: Sequence[List[Candidate]], gold: Sequence[Gold], cfg: Dict,
                   labels: Sequence[str], maps=None, strict: bool = False,
-                  min_gain: float = MIN_GAIN, label_thresholds: bool = True) -> Tuple[Dict, float, float]:
+                  min_gain: float = MIN_GAIN, label_thresholds: bool = True,
+                  log: Callable[[str], None] = lambda line: None) -> Tuple[Dict, float, float]:
     """Coordinate search over the decoding settings of `cfg`; returns (new cfg, F1 before, F1 after).
 
     The F1 is `span_f1`'s, strict (level-aware) or not. A per-label threshold is changed
     only when it raises dev F1 by min_gain: otherwise rare labels get thresholds fitted to
     a handful of dev spans, which lose F1 on test. With label_thresholds False only each
     level's algorithm and threshold are searched (the per-label ones are kept as they are).
+    `log` receives a line per stage of the search, with the best F1 so far.
     """
     original = cfg
     cfg = {**cfg, "label_thresholds": dict(cfg["label_thresholds"])}
@@ -96,35 +103,47 @@ def tune_decoding(candidates: Sequence[List[Candidate]], gold: Sequence[Gold], c
                 cfg.update(trial)
 
     # Algorithm and threshold together: the best algorithm at 0.5 is not the best at 0.85.
-    try_settings([{"decoding": a, "threshold": t} for a in ALGORITHMS for t in GRID])
+    stages = [("outer level: algorithm x threshold", [{"decoding": a, "threshold": t}
+                                                      for a in ALGORITHMS for t in GRID], None)]
     if cfg["nested"]:
-        try_settings([{"nested_decoding": a, "nested_threshold": t} for a in ALGORITHMS for t in GRID])
+        stages.append(("inner levels: algorithm x threshold", [{"nested_decoding": a, "nested_threshold": t}
+                                                               for a in ALGORITHMS for t in GRID], None))
     if label_thresholds:
-        for _ in range(2):  # two passes: each label's best depends a little on the others
-            for label in labels:
-                try_settings(GRID, label=label)
+        for round_ in (1, 2):  # two passes: each label's best depends a little on the others
+            stages += [(f"threshold of {label} (pass {round_})", GRID, label) for label in labels]
+    log(f"F1 with the current settings: {100 * before:.2f}; {len(stages)} stages")
+    for i, (name, settings, label) in enumerate(stages, 1):
+        try_settings(settings, label=label)
+        log(f"  [{i}/{len(stages)}] {name}: {len(settings)} settings, best {100 * best:.2f}")
     if best <= before:
         return dict(original), before, before  # nothing helped: no setting changes
     return cfg, before, best
 
 
 def tune_pipeline(model: Path, dev: Path, output: Path, component: str = "fofe_ner", batch_size: int = 256,
-                  objective: str = "span", label_thresholds: bool = True) -> None:
+                  objective: str = "span", label_thresholds: bool = True, holdout: float = 0.0,
+                  log: Callable[[str], None] = print) -> Dict[str, float]:
     """Load a pipeline, tune its fofe_ner decoding on a dev .spacy file, save it to `output`.
 
     objective "span" maximises span F1 over all levels (spans_{key}_f); "strict" maximises
     the level-aware GermEval figure (spans_{key}_strict_f), which also rewards getting the
     inner level right. label_thresholds False: search only each level's algorithm and
-    threshold (steadier on test when dev is small: see the README).
+    threshold (steadier on test when dev is small: see the README). holdout: the share of dev
+    docs (drawn at random, seed 0) left out of the search, on which the gain is reported.
+    Returns the F1 figures; nothing is written when the dev file has no gold spans.
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"Unknown tuning objective {objective!r}; choose one of {', '.join(OBJECTIVES)}.")
+    if not 0.0 <= holdout < 1.0:
+        raise ValueError(f"holdout is the share of dev docs to leave out of tuning, in [0, 1); got {holdout}")
     strict = objective == "strict"
     nlp = spacy.load(model)
+    if component not in nlp.pipe_names:
+        raise ValueError(f"{model} has no component {component!r}; its components: {nlp.pipe_names}")
     ner = nlp.get_pipe(component)
     # spaCy's own reader, so examples (and their tokenization) are those `spacy evaluate` uses.
     examples = list(Corpus(dev)(nlp))
-    print(f"Scoring {len(examples)} dev docs once with {component} ...", flush=True)
+    log(f"Scoring {len(examples)} dev docs once with {component} ...")
     candidates: List[List[Candidate]] = []
     gold: List[Gold] = []
     maps: List[Dict] = []
@@ -145,18 +164,32 @@ def tune_pipeline(model: Path, dev: Path, output: Path, component: str = "fofe_n
                          for span in spans} for eg in batch)
         else:
             gold.extend({(s.start, s.end, s.label_) for s in gold_spans(eg.reference, ner.key)} for eg in batch)
-        print(f"  {min(i + batch_size, len(examples))}/{len(examples)}", flush=True)
+        log(f"  {min(i + batch_size, len(examples))}/{len(examples)}")
     if not any(gold):
         raise ValueError(f"{dev} has no gold spans under doc.spans[{ner.key!r}] or doc.ents, so there is nothing "
                          f"to tune against; nothing was written. Check the file and the component's spans_key.")
-    new_cfg, before, after = tune_decoding(candidates, gold, ner.cfg, ner.labels, maps, strict,
-                                           label_thresholds=label_thresholds)
+    held = set(random.Random(0).sample(range(len(examples)), round(holdout * len(examples))))
+    tuned_on = [i for i in range(len(examples)) if i not in held]
+    if not tuned_on or not any(gold[i] for i in tuned_on):
+        raise ValueError(f"holdout {holdout} leaves no gold spans to tune on; nothing was written. Lower it.")
+    new_cfg, before, after = tune_decoding(part(candidates, tuned_on), part(gold, tuned_on), ner.cfg, ner.labels,
+                                           part(maps, tuned_on), strict, label_thresholds=label_thresholds, log=log)
+    figures = {"before": before, "after": after}
     keys = ["decoding", "nested_decoding", "threshold", "nested_threshold", "label_thresholds"]
     name = "strict level-aware F1" if strict else "span F1"
-    print(f"dev {name} (as spacy evaluate scores it) before: {100 * before:.2f}  after: {100 * after:.2f}")
+    log(f"dev {name} (as spacy evaluate scores it) on {len(tuned_on)} docs, before: {100 * before:.2f}  "
+        f"after: {100 * after:.2f}")
+    if held:
+        rows = sorted(held)
+        figures["held_out_before"], figures["held_out_after"] = (
+            span_f1(part(candidates, rows), part(gold, rows), levels_from(cfg), part(maps, rows), strict)
+            for cfg in (ner.cfg, new_cfg))
+        log(f"held-out dev ({len(rows)} docs, not searched on), before: {100 * figures['held_out_before']:.2f}  "
+            f"after: {100 * figures['held_out_after']:.2f}")
     for key in keys:
         if ner.cfg[key] != new_cfg[key]:
-            print(f"  {key}: {ner.cfg[key]} -> {new_cfg[key]}")
+            log(f"  {key}: {ner.cfg[key]} -> {new_cfg[key]}")
     ner.cfg.update({key: new_cfg[key] for key in keys})
     nlp.to_disk(output)
-    print(f"Saved tuned pipeline to {output}")
+    log(f"Saved tuned pipeline to {output}")
+    return figures

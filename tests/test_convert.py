@@ -1,13 +1,25 @@
 """Converters: column (IOB1/IOB2, nested) and JSON lines files to .spacy, and back."""
 
 import json
+import re
 
 import pytest
+import spacy
 from spacy.tokens import DocBin
 from spacy.vocab import Vocab
+from typer.testing import CliRunner
 
-from spacy_fofe.__main__ import main
-from spacy_fofe.convert import convert, read_columns, read_jsonl, tags_to_spans
+from spacy_fofe.cli import fofe_cli
+from spacy_fofe.convert import (
+    DUPLICATE,
+    MISALIGNED,
+    REPAIRED_TAGS,
+    Record,
+    convert,
+    read_columns,
+    read_jsonl,
+    tags_to_spans,
+)
 
 NESTED_TSV = """# a comment line\tsource\t[2009]
 Die\tO\tO
@@ -50,7 +62,7 @@ def test_nested_columns_round_trip_with_comments_docstart_and_blank_lines(tmp_pa
     doc = next(DocBin().from_disk(tmp_path / "out.spacy").get_docs(Vocab()))
     assert [(s.start, s.end) for s in doc.spans["sc_level1"]] == [(1, 3)]
     assert [(s.start, s.end) for s in doc.spans["sc_level2"]] == [(2, 3)]
-    assert report.invalid_tags == 1 and report.nested == 1
+    assert report.repaired == {REPAIRED_TAGS: 1} and not report.dropped and report.nested == 1
     assert report.longer_than_n == {"ORG": 1}
     assert "spans longer than n=1: 1" in report.summary()
 
@@ -58,7 +70,7 @@ def test_nested_columns_round_trip_with_comments_docstart_and_blank_lines(tmp_pa
 def test_column_order_is_an_option(tmp_path):
     source = tmp_path / "swapped.tsv"
     source.write_text("B-PER x Ann\nI-PER x Lee\n", encoding="utf8")
-    assert list(read_columns(source, token_column=2, tag_columns=[0])) == [(["Ann", "Lee"], [[(0, 2, "PER")]], 0)]
+    assert list(read_columns(source, token_column=2, tag_columns=[0])) == [Record(["Ann", "Lee"], [[(0, 2, "PER")]])]
 
 
 def test_too_few_columns_is_a_clear_error(tmp_path):
@@ -68,12 +80,17 @@ def test_too_few_columns_is_a_clear_error(tmp_path):
         list(read_columns(source, 0, [1], separator="\t"))
 
 
-def test_jsonl_round_trip_and_cli(tmp_path, capsys):
+def run(*args):
+    return CliRunner().invoke(fofe_cli, [str(a) for a in args])
+
+
+def test_jsonl_round_trip_and_cli(tmp_path):
     source = tmp_path / "data.jsonl"
     records = [{"tokens": ["Bank", "of", "Paris"], "spans": [[0, 3, "ORG"], [2, 3, "LOC"]]}, {"tokens": ["x"]}]
     source.write_text("\n".join(json.dumps(r) for r in records) + "\n\n", encoding="utf8")
-    assert main(["convert", str(source), str(tmp_path / "j.spacy"), "--format", "jsonl", "--no-ents"]) == 0
-    assert "2 docs, 4 tokens, 2 spans (1 nested" in capsys.readouterr().out
+    result = run("convert", source, tmp_path / "j.spacy", "--format", "jsonl", "--no-ents")
+    assert result.exit_code == 0, result.output
+    assert "2 docs, 4 tokens, 2 spans (1 nested" in result.output and "DROPPED" not in result.output
     docs = read_back(tmp_path / "j.spacy")
     assert docs == [(["Bank", "of", "Paris"], [(0, 3, "ORG"), (2, 3, "LOC")], []), (["x"], [], [])]
 
@@ -108,10 +125,55 @@ def test_a_column_without_entity_tags_is_an_error_naming_it_and_nothing_is_writt
 
 
 def test_the_command_line_reports_a_missing_file_without_a_traceback(tmp_path):
-    import subprocess
-    import sys
+    result = run("convert", tmp_path / "missing.conll", tmp_path / "out.spacy")
+    assert result.exit_code == 2 and "missing.conll" in result.output and "does not exist" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert not (tmp_path / "out.spacy").exists()
+    with pytest.raises(FileNotFoundError, match="missing.jsonl: no such file"):
+        list(read_jsonl(tmp_path / "missing.jsonl"))
 
-    out = subprocess.run([sys.executable, "-m", "spacy_fofe", "convert", str(tmp_path / "missing.conll"),
-                          str(tmp_path / "out.spacy")], capture_output=True, text=True)
-    assert out.returncode == 1 and "missing.conll: no such file" in out.stderr and "Traceback" not in out.stderr
+
+PRODIGY = [
+    # character offsets on text: "Ann Lee" aligns, "nn L" does not, a duplicate is dropped
+    {"text": "Ann Lee met the Bank of Paris.", "spans": [{"start": 0, "end": 7, "label": "PER"},
+                                                        {"start": 1, "end": 5, "label": "PER"},
+                                                        {"start": 16, "end": 29, "label": "ORG"},
+                                                        {"start": 24, "end": 29, "label": "LOC"},
+                                                        {"start": 24, "end": 29, "label": "LOC"}]},
+    # Prodigy tokens with token_start / token_end (inclusive) and "ws"
+    {"text": "Hi,Bob", "tokens": [{"text": word, "ws": False} for word in ("Hi", ",", "Bob")],
+     "spans": [{"start": 3, "end": 6, "token_start": 2, "token_end": 2, "label": "PER"}]},
+    # spaCy v2 style: text and "entities" as [start, end, label] character offsets
+    {"text": "Visit Rome now", "entities": [[6, 10, "LOC"]]},
+]
+
+
+def test_prodigy_and_spacy_jsonl_keep_text_and_count_what_is_dropped(tmp_path):
+    source = tmp_path / "prodigy.jsonl"
+    source.write_text("\n".join(json.dumps(r) for r in PRODIGY) + "\n", encoding="utf8")
+    result = run("convert", source, tmp_path / "out.spacy", "--format", "jsonl", "--lang", "en")
+    assert result.exit_code == 0, result.output
+    assert f"DROPPED: 1 {MISALIGNED}" in result.output and f"DROPPED: 1 {DUPLICATE}" in result.output
+    assert "prodigy.jsonl:1: 'nn L' [1, 5) does not fall on token boundaries" in result.output
+    docs = list(DocBin().from_disk(tmp_path / "out.spacy").get_docs(spacy.blank("en").vocab))
+    assert [d.text for d in docs] == [r["text"] for r in PRODIGY]
+    spans = [sorted((s.text, s.label_) for s in d.spans["sc"]) for d in docs]
+    assert spans == [[("Ann Lee", "PER"), ("Bank of Paris", "ORG"), ("Paris", "LOC")], [("Bob", "PER")],
+                     [("Rome", "LOC")]]
+
+
+@pytest.mark.parametrize("line,message", [
+    ('{"tokens": ["a"], "spans": [[0, 1, "X"]]}\n{"tokens": [', r"bad.jsonl:2: not valid JSON"),
+    ('["a", "b"]', r"bad.jsonl:1: a line must hold a JSON object, not list"),
+    ('{"words": ["a"]}', r"bad.jsonl:1: a record needs \"tokens\" .* found keys \['words'\]"),
+    ('{"text": "a b", "spans": [{"start": 0, "end": 1}]}', r"bad.jsonl:1: a span must be"),
+    ('{"text": "a b", "spans": [[0, 9, "X"]]}', r"bad.jsonl:1: span \[0, 9\) is outside the text's 3 characters"),
+    ('{"tokens": [1, 2]}', r"bad.jsonl:1: a token must be a string"),
+])
+def test_bad_jsonl_is_an_error_naming_the_line_and_nothing_is_written(tmp_path, line, message):
+    source = tmp_path / "bad.jsonl"
+    source.write_text(line + "\n", encoding="utf8")
+    result = run("convert", source, tmp_path / "out.spacy", "--format", "jsonl")
+    assert result.exit_code == 1
+    assert re.search(message, " ".join(result.output.split())), result.output
     assert not (tmp_path / "out.spacy").exists()

@@ -1,0 +1,200 @@
+"""`python -m spacy fofe ...`: the package's commands in spaCy's own CLI.
+
+spaCy imports this module through the `spacy_cli` entry point when its CLI starts, and the
+`fofe` command group joins spaCy's app. `python -m spacy_fofe ...` runs the same group.
+"""
+
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import spacy
+import srsly
+import typer
+from spacy.cli._util import Arg, Opt, app, import_code, setup_gpu
+from spacy.scorer import Scorer
+from spacy.training import Corpus
+from thinc.api import fix_random_seed
+from wasabi import msg
+
+from . import convert as converters
+from . import error_analysis, stats
+
+HELP = """FOFE-NER commands: convert corpora, tune decoding, evaluate with level
+scores and an error-analysis page, and span statistics."""
+
+fofe_cli = typer.Typer(name="fofe", help=HELP, no_args_is_help=True)
+app.add_typer(fofe_cli)
+
+
+class Format(str, Enum):
+    columns = "columns"
+    jsonl = "jsonl"
+
+
+class Scheme(str, Enum):
+    iob1 = "iob1"
+    iob2 = "iob2"
+
+
+class Objective(str, Enum):
+    span = "span"
+    strict = "strict"
+
+
+def _fail(err: Exception) -> None:
+    msg.fail(str(err), exits=1)
+
+
+@fofe_cli.command("convert")
+def convert_cli(
+    # fmt: off
+    input_path: Path = Arg(..., help="Corpus file: CoNLL-style columns or JSON lines", exists=True, dir_okay=False),
+    output_path: Path = Arg(..., help="The .spacy file to write", dir_okay=False),
+    file_format: Format = Opt(Format.columns, "--format", "-f", help="Input format"),
+    token_column: int = Opt(0, "--token-column", help="Column of the token (0-based; negative counts from the end)"),
+    tag_columns: str = Opt("-1", "--tag-columns", help="Tag columns, outer level first (GermEval: 1,2)"),
+    scheme: Scheme = Opt(Scheme.iob2, "--scheme", help="iob1 (CoNLL-2003) or iob2 (BIO; IOBES, BILUO read too)"),
+    separator: Optional[str] = Opt(None, "--separator", help="Column separator: 'tab' or a string (default: spaces)"),
+    spans_key: str = Opt("sc", "--spans-key", "-sk", help="Write the spans to doc.spans[KEY]"),
+    no_ents: bool = Opt(False, "--no-ents", help="Do not also write the outer level to doc.ents"),
+    max_length: int = Opt(7, "--max-length", "-n", help="n: report the spans longer than this"),
+    lang: str = Opt("xx", "--lang", help="Language whose tokenizer splits JSON lines that have text, not tokens"),
+    model: Optional[str] = Opt(None, "--model", help="A pipeline whose tokenizer splits such text (instead of --lang)"),
+    # fmt: on
+):
+    """Convert a column (IOB1/IOB2/IOBES/BILUO, a column per level) or JSON lines corpus
+    to .spacy, with gold in doc.spans[KEY]. Prints what was kept, and every span dropped or
+    repaired with its reason; a file it cannot read fully is an error and nothing is written."""
+    try:
+        if file_format == Format.jsonl:
+            tokenizer = (spacy.load(model) if model else spacy.blank(lang)).tokenizer
+            records = converters.read_jsonl(input_path, tokenizer)
+        else:
+            columns = [int(c) for c in tag_columns.split(",")]
+            sep = "\t" if separator in ("tab", "\\t") else separator
+            records = converters.read_columns(input_path, token_column, columns, scheme.value, sep)
+        report = converters.convert(records, output_path, spans_key, not no_ents, max_length)
+    except (ValueError, OSError) as err:
+        _fail(err)
+    msg.good(f"{input_path} -> {output_path}")
+    print(report.summary())
+    if report.dropped:
+        msg.warn(f"{sum(report.dropped.values())} spans were dropped (see above)")
+
+
+@fofe_cli.command("tune")
+def tune_cli(
+    # fmt: off
+    model: str = Arg(..., help="Trained pipeline (name or path)"),
+    dev_path: Path = Arg(..., help="Dev data in .spacy format", exists=True, dir_okay=False),
+    output_path: Path = Arg(..., help="Where to save the tuned pipeline"),
+    component: str = Opt("fofe_ner", "--component", help="Name of the fofe_ner component"),
+    objective: Objective = Opt(Objective.span, "--objective", help="span F1 over all levels, or strict (level-aware)"),
+    no_label_thresholds: bool = Opt(False, "--no-label-thresholds", help="Search levels only, no per-label thresholds"),
+    holdout: float = Opt(0.0, "--holdout", help="Share of dev docs kept out of the search, to report on"),
+    code_path: Optional[Path] = Opt(None, "--code", "-c", help="Python file with registered functions to import"),
+    use_gpu: int = Opt(-1, "--gpu-id", "-g", help="GPU ID or -1 for CPU"),
+    # fmt: on
+):
+    """Tune the decoding (per-level algorithm, thresholds, per-label thresholds) on dev and
+    save the pipeline. A setting changes only when dev F1 rises."""
+    import_code(code_path)
+    setup_gpu(use_gpu)
+    from .tune import tune_pipeline
+
+    try:
+        tune_pipeline(Path(model), dev_path, output_path, component, objective=objective.value,
+                      label_thresholds=not no_label_thresholds, holdout=holdout, log=print)
+    except (ValueError, OSError) as err:
+        _fail(err)
+
+
+class _KeepingScorer(Scorer):
+    """spaCy's Scorer, keeping the predicted examples for the error analysis."""
+
+    def score(self, examples, **kwargs):
+        self.examples = list(examples)
+        return super().score(self.examples, **kwargs)
+
+
+@fofe_cli.command("evaluate")
+def evaluate_cli(
+    # fmt: off
+    model: str = Arg(..., help="Trained pipeline (name or path)"),
+    data_path: Path = Arg(..., help="Evaluation data in .spacy format", exists=True, dir_okay=False),
+    output: Optional[Path] = Opt(None, "--output", "-o", help="JSON file for all scores", dir_okay=False),
+    html_path: Optional[Path] = Opt(None, "--html", help="Write the error-analysis page (HTML) here", dir_okay=False),
+    worst: int = Opt(20, "--worst", help="Documents shown on the HTML page, most errors first"),
+    component: str = Opt("fofe_ner", "--component", help="Name of the fofe_ner component"),
+    code_path: Optional[Path] = Opt(None, "--code", "-c", help="Python file with registered functions to import"),
+    use_gpu: int = Opt(-1, "--gpu-id", "-g", help="GPU ID or -1 for CPU"),
+    # fmt: on
+):
+    """Evaluate like `spacy evaluate`, plus the level-aware scores (outer, inner, strict),
+    per-label scores, and optionally an HTML page of the errors per level with the worst
+    documents' gold and predicted nested spans side by side."""
+    import_code(code_path)
+    setup_gpu(use_gpu)
+    fix_random_seed()
+    nlp = spacy.load(model)
+    if component not in nlp.pipe_names:
+        _fail(ValueError(f"{model} has no component {component!r}; its components: {nlp.pipe_names}"))
+    key = nlp.get_pipe(component).key
+    scorer = _KeepingScorer(nlp=nlp)
+    scores = nlp.evaluate(Corpus(data_path)(nlp), scorer=scorer)
+    examples = scorer.examples
+    prefix = f"spans_{key}"
+    results = {name: scores.get(f"{prefix}_{metric}") for name, metric in
+               (("SPAN P", "p"), ("SPAN R", "r"), ("SPAN F", "f"))}
+    results.update({"NER F": scores.get("ents_f"), "SPEED": scores.get("speed")})
+    msg.table({name: (f"{value:.0f}" if name == "SPEED" else f"{100 * value:.2f}") for name, value in results.items()
+               if isinstance(value, (int, float))}, title="Results")
+    levels = [[level] + [f"{100 * (scores.get(f'{prefix}_{level}_{m}') or 0.0):.2f}" for m in "prf"]
+              for level in ("outer", "inner", "strict")]
+    msg.table(levels, header=("level", "P", "R", "F"), aligns=("l", "r", "r", "r"), title="Levels (GermEval 2014)")
+    per_type = scores.get(f"{prefix}_per_type") or {}
+    if per_type:
+        rows = [[label] + [f"{100 * s[m]:.2f}" for m in "prf"] for label, s in sorted(per_type.items())]
+        msg.table(rows, header=("", "P", "R", "F"), aligns=("l", "r", "r", "r"), title="Spans per type")
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        srsly.write_json(output, scores)
+        msg.good(f"Saved results to {output}")
+    if html_path is not None:
+        analysis = error_analysis.analyse(examples, key)
+        html_path.parent.mkdir(parents=True, exist_ok=True)
+        title = f"{component} errors: {model} on {data_path}"
+        html_path.write_text(error_analysis.write_html(analysis, examples, key, title, worst), encoding="utf8")
+        msg.good(f"Saved the error-analysis page to {html_path}")
+
+
+@fofe_cli.command("stats")
+def stats_cli(
+    # fmt: off
+    train_path: Path = Arg(..., help="Training data in .spacy format", exists=True, dir_okay=False),
+    dev_path: Optional[Path] = Arg(None, help="Dev data (.spacy), for the overlap", exists=True, dir_okay=False),
+    spans_key: str = Opt("sc", "--spans-key", "-sk", help="Read the gold from doc.spans[KEY] (else doc.ents)"),
+    max_length: int = Opt(7, "--max-length", "-n", help="n: the longest span the component scores"),
+    # fmt: on
+):
+    """Gold span statistics, as `spacy debug data` gives for ner: spans per label and
+    nesting level, crossing spans, lengths against max_length, and train/dev overlap."""
+    corpora = {"train": stats.corpus_stats(train_path, spans_key)}
+    if dev_path is not None:
+        corpora["dev"] = stats.corpus_stats(dev_path, spans_key)
+    for name, corpus in corpora.items():
+        msg.divider(f"{name}: {corpus.docs} docs, {corpus.tokens} tokens, {corpus.spans} spans")
+        rows, header = stats.label_table(corpus)
+        if rows:
+            msg.table(rows, header=header, aligns=["l"] + ["r"] * (len(header) - 1))
+        else:
+            msg.warn(f"no gold spans under doc.spans[{spans_key!r}] or doc.ents")
+        print(stats.length_summary(corpus, max_length))
+        if corpus.crossing:
+            msg.warn(f"{corpus.crossing} pairs of spans cross (overlap without nesting); decoding keeps one of each")
+    if "dev" in corpora:
+        shared = stats.overlap(corpora["train"], corpora["dev"])
+        msg.divider("train / dev")
+        print(f"{shared['docs_in_both']} dev docs also occur in train; "
+              f"{100 * shared['dev_mentions_seen']:.1f}% of dev mentions (text and label) occur in train")

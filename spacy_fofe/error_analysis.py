@@ -1,0 +1,159 @@
+"""Error analysis of predicted (nested) spans against gold, and its HTML page.
+
+Per nesting level (outer, inner: as the level-aware scores count them), each gold span that
+was not predicted exactly is a "label" error (a prediction with its bounds and another
+label), a "boundary" error (an overlapping prediction with other bounds) or "missed"; each
+prediction that overlaps no gold span of its level is "spurious".
+"""
+
+import bisect
+import html
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Sequence, Set, Tuple
+
+from spacy import displacy
+from spacy.scorer import PRFScore
+from spacy.tokens import Doc, Span
+from spacy.training import Example
+
+from .gold import gold_spans
+from .scoring import span_levels
+
+LEVELS = ("outer", "inner")
+KINDS = ("missed", "boundary", "label", "spurious")
+SpanTuple = Tuple[int, int, str]
+
+
+@dataclass
+class DocErrors:
+    """The errors of one doc: (level, kind, span) triples."""
+
+    index: int
+    errors: List[Tuple[str, str, SpanTuple]] = field(default_factory=list)
+
+
+@dataclass
+class Analysis:
+    """Counts per level and kind, P/R/F per level and label, and each doc's errors."""
+
+    kinds: Counter = field(default_factory=Counter)  # (level, kind) -> count
+    prf: Dict[Tuple[str, str], PRFScore] = field(default_factory=dict)  # (level, label or "ALL") -> score
+    docs: List[DocErrors] = field(default_factory=list)
+
+    def score(self, level: str, label: str = "ALL") -> PRFScore:
+        return self.prf.setdefault((level, label), PRFScore())
+
+
+def analyse(examples: Iterable[Example], spans_key: str) -> Analysis:
+    """Compare each example's predicted spans with its gold, level by level (same tokens assumed)."""
+    analysis = Analysis()
+    for index, eg in enumerate(examples):
+        doc_errors = DocErrors(index)
+        gold_levels = span_levels(eg.reference, spans_key, predicted=False)
+        pred_levels = span_levels(eg.predicted, spans_key, predicted=True)
+        for level, gold, pred in zip(LEVELS, gold_levels, pred_levels):
+            analysis.score(level).score_set(pred, gold)
+            for label in {s[2] for s in gold | pred}:
+                analysis.score(level, label).score_set({s for s in pred if s[2] == label},
+                                                       {s for s in gold if s[2] == label})
+            for kind, span in classify(gold, pred):
+                analysis.kinds[level, kind] += 1
+                doc_errors.errors.append((level, kind, span))
+        analysis.docs.append(doc_errors)
+    return analysis
+
+
+def classify(gold: Set[SpanTuple], pred: Set[SpanTuple]) -> List[Tuple[str, SpanTuple]]:
+    """(kind, span) for every error: gold spans missed, with wrong bounds or label; spurious predictions.
+
+    Overlaps are found by bisection among spans sorted by start, looking back only as far as
+    the longest span reaches, so a long doc costs what its spans cost."""
+    wrong_gold, wrong_pred, all_gold = sorted(gold - pred), sorted(pred - gold), sorted(gold)
+    pred_reach, gold_reach = _longest(wrong_pred), _longest(all_gold)
+    errors = []
+    for span in wrong_gold:
+        near = _overlapping(span, wrong_pred, pred_reach)
+        if any(p[:2] == span[:2] for p in near):
+            errors.append(("label", span))
+        elif near:
+            errors.append(("boundary", span))
+        else:
+            errors.append(("missed", span))
+    for span in wrong_pred:
+        if not _overlapping(span, all_gold, gold_reach):
+            errors.append(("spurious", span))
+    return errors
+
+
+def _longest(spans: Sequence[SpanTuple]) -> int:
+    return max((end - start for start, end, _ in spans), default=0)
+
+
+def _overlapping(span: SpanTuple, spans: Sequence[SpanTuple], longest: int) -> List[SpanTuple]:
+    """The spans of `spans` (sorted, none longer than `longest`) that overlap `span`."""
+    lo = bisect.bisect_left(spans, (span[0] - longest + 1,))
+    hi = bisect.bisect_left(spans, (span[1],))
+    return [s for s in spans[lo:hi] if s[1] > span[0]]
+
+
+def write_html(analysis: Analysis, examples: Sequence[Example], spans_key: str, title: str,
+               worst: int = 20) -> str:
+    """One self-contained HTML page: the tables, then the `worst` docs with gold and
+    predicted spans side by side (displaCy's span style, which draws nested spans)."""
+    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+             f"<style>{STYLE}</style></head><body>", f"<h1>{html.escape(title)}</h1>"]
+    parts.append("<h2>Scores and errors per level</h2>")
+    rows = []
+    for level in LEVELS:
+        score = analysis.score(level)
+        rows.append([level, *_prf(score), *(analysis.kinds[level, kind] for kind in KINDS)])
+    parts.append(_table(["level", "P", "R", "F", *KINDS], rows))
+    parts.append("<h2>Per label</h2>")
+    labels = sorted({label for (_, label) in analysis.prf if label != "ALL"})
+    rows = [[label, level, *_prf(analysis.prf[level, label])] for label in labels for level in LEVELS
+            if (level, label) in analysis.prf]
+    parts.append(_table(["label", "level", "P", "R", "F"], rows))
+    ranked = sorted((d for d in analysis.docs if d.errors), key=lambda d: (-len(d.errors), d.index))[:worst]
+    parts.append(f"<h2>The {len(ranked)} documents with the most errors</h2>")
+    for doc_errors in ranked:
+        eg = examples[doc_errors.index]
+        listed = "".join(f"<li>{level} {kind}: {html.escape(_describe(eg.reference, span))}</li>"
+                         for level, kind, span in doc_errors.errors)
+        parts.append(f"<section class='doc'><h3>doc {doc_errors.index}: {len(doc_errors.errors)} errors</h3>"
+                     f"<ul class='errors'>{listed}</ul><div class='pair'>"
+                     f"<div><h4>gold</h4>{_render(eg.reference, spans_key)}</div>"
+                     f"<div><h4>predicted</h4>{_render(eg.predicted, spans_key)}</div></div></section>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+STYLE = """body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;margin:1em 0}
+td,th{border:1px solid #ccc;padding:4px 10px;text-align:right}td:first-child,th:first-child{text-align:left}
+.pair{display:flex;gap:2em}.pair>div{flex:1;min-width:0}.doc{border-top:2px solid #888;margin-top:2em}
+.errors{font-size:90%}"""
+
+
+def _prf(score: PRFScore) -> List[str]:
+    return [f"{100 * score.precision:.2f}", f"{100 * score.recall:.2f}", f"{100 * score.fscore:.2f}"]
+
+
+def _table(header: List[str], rows: List[list]) -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _describe(doc: Doc, span: SpanTuple) -> str:
+    start, end, label = span
+    return f"{doc[start:end].text!r} [{start}, {end}) {label}"
+
+
+def _render(doc: Doc, spans_key: str) -> str:
+    """displaCy's span rendering of the doc's spans (gold: doc.spans[key], or its entities)."""
+    spans = list(gold_spans(doc, spans_key))
+    if not spans:
+        return f"<p class='plain'>{html.escape(doc.text)}</p><p><em>(no spans)</em></p>"
+    shown = Doc(doc.vocab, words=[t.text for t in doc], spaces=[bool(t.whitespace_) for t in doc])
+    shown.spans[spans_key] = [Span(shown, s.start, s.end, label=s.label_) for s in spans]
+    return displacy.render(shown, style="span", options={"spans_key": spans_key}, page=False, jupyter=False)

@@ -1,0 +1,124 @@
+"""`python -m spacy fofe ...`: the commands, their outputs and their errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import spacy
+from spacy.tokens import DocBin, Span
+from typer.testing import CliRunner
+
+from spacy_fofe.cli import fofe_cli
+from spacy_fofe.error_analysis import classify
+from spacy_fofe.span_geometry import depths
+
+from helpers import NESTED, make_examples
+
+
+def run(*args):
+    return CliRunner().invoke(fofe_cli, [str(a) for a in args])
+
+
+def gold_file(nlp, path, data):
+    DocBin(docs=[eg.reference for eg in make_examples(nlp, data)]).to_disk(path)
+    return path
+
+
+def test_spacy_lists_the_fofe_commands_through_the_entry_point():
+    for command in (["-m", "spacy", "fofe", "--help"], ["-m", "spacy_fofe", "--help"]):
+        done = subprocess.run([sys.executable, *command], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert all(name in done.stdout for name in ("convert", "tune", "evaluate", "stats"))
+
+
+def test_every_argument_has_help():
+    for name in ("convert", "tune", "evaluate", "stats"):
+        result = run(name, "--help")
+        assert result.exit_code == 0
+        command = next(c for c in fofe_cli.registered_commands if c.name == name)
+        import inspect
+
+        for parameter in inspect.signature(command.callback).parameters.values():
+            assert parameter.default.help, f"{name}: {parameter.name} has no help"
+
+
+def test_stats_counts_labels_per_level_lengths_and_overlap(tmp_path):
+    nlp = spacy.blank("en")
+    train = gold_file(nlp, tmp_path / "train.spacy", NESTED)
+    dev = gold_file(nlp, tmp_path / "dev.spacy", NESTED[:2] + [("Lima is far .", [(0, 1, "LOC")])])
+    result = run("stats", train, dev, "--max-length", "1")
+    assert result.exit_code == 0, result.output
+    lines = [" ".join(line.split()) for line in result.output.splitlines()]
+    assert "LOC 3 2 5" in lines  # train: LOC outer 3, inside ORG 2
+    assert "ORG 2 0 2" in lines and "PER 4 0 4" in lines
+    assert any("4 spans (36.36%) are longer than max_length=1" in line for line in lines)  # ORG x2, PER x2
+    # dev mentions: University of Toronto, Toronto, Ann Lee (in train), Lima (not)
+    assert any(line.startswith("2 dev docs also occur in train; 75.0% of dev mentions") for line in lines)
+
+
+def test_nesting_depths_on_hand_made_spans():
+    assert depths([(0, 10), (2, 6), (4, 8), (5, 6), (0, 10), (11, 12)]) == [0, 1, 1, 2, 0, 0]
+
+
+def test_error_kinds_on_hand_made_sets():
+    gold = {(0, 2, "ORG"), (3, 4, "PER"), (5, 7, "LOC"), (9, 10, "LOC"), (12, 13, "MISC")}
+    pred = {(0, 2, "ORG"), (3, 4, "LOC"), (5, 6, "LOC"), (15, 16, "PER"), (12, 13, "MISC")}
+    assert sorted(classify(gold, pred)) == [("boundary", (5, 7, "LOC")), ("label", (3, 4, "PER")),
+                                            ("missed", (9, 10, "LOC")), ("spurious", (15, 16, "PER"))]
+
+
+def test_evaluate_prints_levels_writes_scores_and_the_error_page(trained, tmp_path):
+    trained.to_disk(tmp_path / "model")
+    data = [NESTED[0], ("Ann Lee lives in Toronto .", [(0, 2, "PER"), (4, 5, "LOC"), (2, 3, "MISC")])]
+    gold = gold_file(trained, tmp_path / "test.spacy", data)
+    result = run("evaluate", tmp_path / "model", gold, "--output", tmp_path / "out" / "scores.json",
+                 "--html", tmp_path / "out" / "errors.html")
+    assert result.exit_code == 0, result.output
+    assert "Levels" in result.output and "strict" in result.output
+    scores = json.loads((tmp_path / "out" / "scores.json").read_text())
+    assert scores["spans_sc_r"] == pytest.approx(5 / 6) and scores["spans_sc_p"] == 1.0
+    assert {"spans_sc_outer_f", "spans_sc_inner_f", "spans_sc_strict_f"} <= set(scores)
+    page = (tmp_path / "out" / "errors.html").read_text()
+    assert "<h2>Scores and errors per level</h2>" in page
+    # the one error: "lives" (MISC), which nothing predicted, in doc 1; doc 0 is all right
+    assert "<li>outer missed: &#x27;lives&#x27; [2, 3) MISC</li>" in page
+    assert "doc 1: 1 errors" in page and "doc 0:" not in page
+    assert page.count("<h4>gold</h4>") == 1 and "Toronto" in page
+
+
+def test_evaluate_and_tune_name_a_missing_component(trained, tmp_path):
+    trained.to_disk(tmp_path / "model")
+    gold = gold_file(trained, tmp_path / "dev.spacy", NESTED)
+    for command in (["evaluate", tmp_path / "model", gold], ["tune", tmp_path / "model", gold, tmp_path / "out"]):
+        result = run(*command, "--component", "ner")
+        assert result.exit_code == 1 and "has no component 'ner'" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_tune_reports_progress_and_the_held_out_gain(trained, tmp_path):
+    trained.to_disk(tmp_path / "model")
+    gold = gold_file(trained, tmp_path / "dev.spacy", NESTED * 4)
+    result = run("tune", tmp_path / "model", gold, tmp_path / "tuned", "--holdout", "0.25")
+    assert result.exit_code == 0, result.output
+    assert "[1/" in result.output and "outer level: algorithm x threshold" in result.output
+    assert "on 15 docs" in result.output and "held-out dev (5 docs, not searched on)" in result.output
+    assert (tmp_path / "tuned" / "fofe_ner" / "cfg").exists()
+
+
+@pytest.mark.parametrize("holdout,message", [("1.5", "holdout is the share"), ("0.99", "leaves no gold spans")])
+def test_tune_with_a_bad_holdout_is_an_error_and_writes_nothing(trained, tmp_path, holdout, message):
+    trained.to_disk(tmp_path / "model")
+    gold = gold_file(trained, tmp_path / "dev.spacy", NESTED[:2])
+    result = run("tune", tmp_path / "model", gold, tmp_path / "tuned", "--holdout", holdout)
+    assert result.exit_code == 1 and message in " ".join(result.output.split())
+    assert not (tmp_path / "tuned").exists()
+
+
+def test_spans_in_gold_only_as_ents_are_read(tmp_path):
+    nlp = spacy.blank("en")
+    doc = nlp.make_doc("Ann met Bob")
+    doc.ents = [Span(doc, 0, 1, "PER"), Span(doc, 2, 3, "PER")]
+    DocBin(docs=[doc]).to_disk(tmp_path / "ents.spacy")
+    result = run("stats", tmp_path / "ents.spacy")
+    assert result.exit_code == 0 and "PER 2 2" in [" ".join(line.split()) for line in result.output.splitlines()]
