@@ -1,0 +1,62 @@
+"""Build installable wheels of spacy-fofe and of a trained pipeline into one folder.
+
+    python scripts/package.py MODEL OUTPUT --name fofe_ner_conll [--version 0.1.0]
+
+OUTPUT/dist then holds spacy_fofe-*.whl and the pipeline's wheel (from `spacy package`, which
+declares spacy-fofe as a requirement), so on another machine
+`pip install --no-index --find-links OUTPUT/dist <lang>_<name>` installs both (spaCy and its
+dependencies from the index or another wheel folder). Builds run without build isolation,
+so they need no network: setuptools and wheel must be installed (the `package` extra).
+"""
+
+import argparse
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import spacy
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def build_wheel(source: Path, dist: Path) -> None:
+    """pip builds in the source tree; its build/ folder goes before (stale files would end up in
+    the wheel) and after."""
+    shutil.rmtree(source / "build", ignore_errors=True)
+    try:
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+                        "--wheel-dir", str(dist), str(source)], check=True)
+    finally:
+        shutil.rmtree(source / "build", ignore_errors=True)
+
+
+def package(model: Path, output: Path, name: str, version: str) -> Path:
+    """Build both wheels into output/dist and return that folder."""
+    dist = output / "dist"
+    dist.mkdir(parents=True, exist_ok=True)
+    print(f"Building the spacy-fofe wheel from {ROOT}", flush=True)
+    build_wheel(ROOT, dist)
+    print(f"Packaging the pipeline {model} as {name} {version}", flush=True)
+    subprocess.run([sys.executable, "-m", "spacy", "package", str(model), str(output), "--name", name,
+                    "--version", version, "--build", "none", "--force"], check=True)
+    lang = spacy.util.load_meta(model / "meta.json")["lang"]
+    build_wheel(output / f"{lang}_{name}-{version}", dist)
+    print(f"Wheels in {dist}: {', '.join(sorted(p.name for p in dist.glob('*.whl')))}")
+    return dist
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("model", type=Path, help="trained pipeline directory")
+    parser.add_argument("output", type=Path, help="folder for the package sources and dist/ with the wheels")
+    parser.add_argument("--name", required=True, help="pipeline package name, without the language prefix")
+    parser.add_argument("--version", default="0.1.0")
+    args = parser.parse_args()
+    if not (args.model / "meta.json").is_file():
+        sys.exit(f"{args.model} is not a saved pipeline (no meta.json)")
+    package(args.model, args.output, args.name, args.version)
+
+
+if __name__ == "__main__":
+    main()
