@@ -198,3 +198,44 @@ def stats_cli(
         msg.divider("train / dev")
         print(f"{shared['docs_in_both']} dev docs also occur in train; "
               f"{100 * shared['dev_mentions_seen']:.1f}% of dev mentions (text and label) occur in train")
+
+
+class OutputFormat(str, Enum):
+    jsonl = "jsonl"
+    spacy = "spacy"
+
+
+@fofe_cli.command("annotate")
+def annotate_cli(
+    # fmt: off
+    pipeline: str = Arg(..., help="Trained pipeline (name or path), loaded once per worker"),
+    inputs: str = Arg(..., help="Folder or glob of shards: .jsonl (\"text\", \"id\"), .txt (a doc per line), .spacy"),
+    output: Path = Arg(..., help="Folder for one output (and one rejects file) per shard", file_okay=False),
+    workers: int = Opt(2, "--workers", "-w", help="Worker processes of a local Dask cluster"),
+    scheduler: Optional[str] = Opt(None, "--scheduler", help="A running Dask scheduler's address (not --workers)"),
+    batch_size: int = Opt(256, "--batch-size", "-b", help="Docs per nlp.pipe batch"),
+    output_format: OutputFormat = Opt(OutputFormat.jsonl, "--format", "-f", help="jsonl (spans as JSON) or spacy"),
+    code_path: Optional[Path] = Opt(None, "--code", "-c", help="Python file with registered functions to import"),
+    use_gpu: int = Opt(-1, "--gpu-id", "-g", help="GPU ID on each worker, or -1 for CPU"),
+    # fmt: on
+):
+    """Annotate shards of documents on Dask, one task per shard. A shard's output appears
+    only when complete; a rerun skips finished shards and redoes the rest. Bad records go to
+    the shard's rejects file and never stop the run."""
+    from .annotate import annotate
+
+    try:
+        summary = annotate(pipeline, inputs, output, workers=workers, scheduler=scheduler, batch_size=batch_size,
+                           gpu_id=use_gpu, fmt=output_format.value, code=str(code_path) if code_path else None)
+    except (ValueError, OSError) as err:
+        _fail(err)
+    if summary.skipped:
+        msg.info(f"{summary.skipped} of {summary.shards} shards already had an output and were skipped")
+    done = summary.shards - summary.skipped
+    msg.good(f"{done} shards: {summary.docs} docs, {summary.words} words in {summary.seconds:.1f} s "
+             f"({summary.words_per_second:.0f} words/s), {summary.rejects} rejects")
+    if summary.per_worker:
+        rows = [[worker, f"{seconds:.1f}"] for worker, seconds in sorted(summary.per_worker.items())]
+        msg.table(rows, header=("worker", "seconds"), aligns=("l", "r"))
+    if summary.rejects:
+        msg.warn(f"{summary.rejects} bad records were skipped: see {output}/*.rejects.jsonl")
