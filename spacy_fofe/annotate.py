@@ -95,13 +95,15 @@ def annotate(
     scheduler: the address of a running Dask scheduler; without it a LocalCluster of
     `workers` single-threaded processes is started (and closed at the end).
     """
-    from dask.distributed import Client, LocalCluster, as_completed
+    from dask.distributed import Client, as_completed
 
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
     output = Path(output)
-    output.mkdir(parents=True, exist_ok=True)
     shards = find_shards(inputs)
+    if any(shard.parent.resolve() == output.resolve() for shard in shards):
+        raise ValueError(f"{output} holds input shards: write the annotations to another folder")
+    output.mkdir(parents=True, exist_ok=True)
     pending = [s for s in shards if not output_paths(s, output, fmt)[0].exists()]
     for leftover in output.glob("*.tmp-*"):  # from a run that was stopped
         leftover.unlink()
@@ -109,8 +111,7 @@ def annotate(
     if not pending:
         return summary
     start = time.perf_counter()
-    cluster = None if scheduler else LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                                  dashboard_address=None)
+    cluster = None if scheduler else local_cluster(workers)
     client = Client(scheduler or cluster)
     bar = _progress_bar(len(pending)) if progress else None
     try:
@@ -136,6 +137,20 @@ def annotate(
         leftover.unlink()
     summary.seconds = time.perf_counter() - start
     return summary
+
+
+def local_cluster(workers: int):
+    """A LocalCluster of single-threaded worker processes.
+
+    Dask starts workers with MALLOC_TRIM_THRESHOLD_=65536, which makes glibc map and unmap
+    every large array: it halves the speed of fofe_ner's many short-lived arrays. The
+    workers here keep glibc's default (an existing cluster needs the same setting: README).
+    """
+    import dask
+    from dask.distributed import LocalCluster
+
+    with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+        return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
 
 
 def _progress_bar(total: int):

@@ -104,10 +104,13 @@ def test_spacy_output_and_plain_text_shards(trained, saved, tmp_path):
     assert docs[0].spans["sc"].attrs["depths"] == expected.spans["sc"].attrs["depths"]
 
 
-def test_no_shards_and_clashing_names_are_errors(tmp_path):
+def test_no_shards_clashing_names_and_output_among_the_inputs_are_errors(saved, tmp_path):
     with pytest.raises(ValueError, match="no shards"):
         find_shards(tmp_path)
     (tmp_path / "a.jsonl").write_text("")
+    with pytest.raises(ValueError, match="holds input shards"):
+        annotate(saved, tmp_path, tmp_path, workers=1, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl"]
     (tmp_path / "a.txt").write_text("")
     with pytest.raises(ValueError, match="same name"):
         find_shards(tmp_path)
