@@ -5,7 +5,7 @@ under OUT/<name>/model-best), every system with the same --max-steps and the sam
 reader, spaCy's peers with the hash tables and the optimizer settings of fofe_ner's config
 (the systems `spancat-stock` and `ner-stock` are spaCy's CPU efficiency configs as `spacy init
 config` writes them, only the n-gram sizes and the reader set);
-fofe_ner's decoding is then tuned on dev (`python -m spacy_fofe tune`, into
+fofe_ner's decoding is then tuned on dev (`python -m spacy fofe tune`, into
 OUT/<name>/model-tuned, also reused when present), as the project's own workflows do. It
 measures on the test split, each in a fresh process: P/R/F1 (one scorer for all systems: spans
 under "sc", all levels, and for nested data GermEval's strict level-aware metric), training
@@ -147,7 +147,7 @@ def tune(args, name) -> Path:
     """fofe_ner's dev-tuned pipeline (made once); spaCy's components have no such step."""
     out = Path(args.out) / name
     if not (out / "model-tuned").exists():
-        subprocess.run([sys.executable, "-m", "spacy_fofe", "tune", str(out / "model-best"),
+        subprocess.run([sys.executable, "-m", "spacy", "fofe", "tune", str(out / "model-best"),
                         str(Path(args.corpus) / "dev.spacy"), str(out / "model-tuned")], check=True)
     return out / "model-tuned"
 
