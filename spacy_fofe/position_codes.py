@@ -19,12 +19,7 @@ from thinc.types import Floats2d, Ints1d
 
 from . import fofe
 
-# The arrays each layer writes, by feature group.
-WORD_GROUPS = {
-    "left_context": ("left_incl", "left_excl"),
-    "right_context": ("right_incl", "right_excl"),
-    "bag_of_words": ("tokens",),
-}
+# The arrays CharFOFECodes writes (fofe.char_boundary_codes' order).
 CHAR_ARRAYS = ("lr_end", "lr_before", "rl_start", "rl_after")
 
 
