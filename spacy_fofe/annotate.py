@@ -189,21 +189,18 @@ def annotate_shard(shard: str, *, pipeline: str, output: str, batch_size: int = 
     tmp_out, tmp_rejects = (path.with_name(f"{path.name}.tmp-{token}") for path in (out_path, rejects_path))
     key = _spans_key(nlp)
     texts = ((text, doc_id) for doc_id, text in records)
+    annotated = _counted(nlp.pipe(texts, batch_size=batch_size, as_tuples=True), result)
     if fmt == "jsonl":
         with tmp_out.open("w", encoding="utf8") as file:
-            for doc, doc_id in nlp.pipe(texts, batch_size=batch_size, as_tuples=True):
-                file.write(json.dumps(doc_record(doc, doc_id, key), ensure_ascii=False) + "\n")
-                result.docs += 1
-                result.words += len(doc)
+            file.writelines(json.dumps(doc_record(doc, doc_id, key), ensure_ascii=False) + "\n"
+                            for doc, doc_id in annotated)
     else:
         from spacy.tokens import DocBin
 
         doc_bin = DocBin(store_user_data=True)
-        for doc, doc_id in nlp.pipe(texts, batch_size=batch_size, as_tuples=True):
+        for doc, doc_id in annotated:
             doc.user_data["id"] = doc_id
             doc_bin.add(doc)
-            result.docs += 1
-            result.words += len(doc)
         doc_bin.to_disk(tmp_out)
     with tmp_rejects.open("w", encoding="utf8") as file:
         for reject in rejects:
@@ -214,6 +211,14 @@ def annotate_shard(shard: str, *, pipeline: str, output: str, batch_size: int = 
     result.seconds = time.perf_counter() - start
     result.pipeline_loads = _loads[pipeline]
     return result
+
+
+def _counted(annotated, result: ShardResult):
+    """Pass (doc, id) pairs through, counting docs and words into `result`."""
+    for doc, doc_id in annotated:
+        result.docs += 1
+        result.words += len(doc)
+        yield doc, doc_id
 
 
 def _spans_key(nlp) -> Optional[str]:

@@ -164,7 +164,7 @@ def _predict_in_blocks(model: Model, head: Model, codes, fragments: numpy.ndarra
     """Score the fragments that start in a block of rows at a time, so the grid of
     pre-activations (rows x n x hidden) stays within `chunk_cells` on long docs."""
     lengths = codes.lengths
-    starts = (numpy.cumsum(lengths) - lengths)[fragments[:, 0]] + fragments[:, 1]
+    starts = codes.flat_starts(fragments)
     n = int((fragments[:, 2] - fragments[:, 1]).max())
     order = numpy.argsort(starts, kind="stable")
     sorted_starts = starts[order]
@@ -186,7 +186,7 @@ def read_v1_weights(model: Model[InT, Floats2d], msg: dict) -> None:
     reads the message, and its three arrays go to the layers that hold them now.
     """
     tok2vec, scorer, projection = (model.get_ref(name) for name in ("tok2vec", "scorer", "projection"))
-    stand_in = Model("fofe_ner", _no_backprop, layers=[tok2vec, scorer],
+    stand_in = Model("fofe_ner", _never_run, layers=[tok2vec, scorer],
                      dims={"nO": None, "nI": None, "nH": None, "nC": None})
     stand_in.from_dict(msg)
     model.set_dim("nO", stand_in.get_dim("nO"), force=True)
@@ -195,6 +195,10 @@ def read_v1_weights(model: Model[InT, Floats2d], msg: dict) -> None:
     projection.set_param("b", stand_in.get_param("b"))
     if stand_in.has_param("E"):
         model.get_ref("char_codes").set_param("E", stand_in.get_param("E"))
+
+
+def _never_run(model, inputs, is_train):
+    raise ValueError("read_v1_weights' stand-in only reads weights; it is never run")
 
 
 def is_v1_layout(msg: dict) -> bool:

@@ -34,6 +34,10 @@ class Codes:
     char_bounds: Optional[Tuple[Ints1d, Ints1d]] = None
     char_alpha: float = 0.0
 
+    def flat_starts(self, fragments: numpy.ndarray) -> numpy.ndarray:
+        """The row of each fragment's (doc index, start, end) first token in the arrays."""
+        return (numpy.cumsum(self.lengths) - self.lengths)[fragments[:, 0]] + fragments[:, 1]
+
 
 Gradients = Dict[str, Floats2d]
 

@@ -93,7 +93,7 @@ def _forward(model: Model, inputs: InT, is_train: bool) -> Tuple[Floats2d, Calla
     lengths = codes.lengths
     n_tokens = int(lengths.sum())
     fragments = numpy.asarray(fragments, dtype="int64").reshape((-1, 3))
-    starts = (numpy.cumsum(lengths) - lengths)[fragments[:, 0]] + fragments[:, 1]
+    starts = codes.flat_starts(fragments)
     sizes = fragments[:, 2] - fragments[:, 1]
     if len(fragments) == 0:
         return ops.alloc2f(0, nH), lambda d_hidden: {name: ops.alloc2f(*a.shape) for name, a in codes.arrays.items()}
