@@ -61,12 +61,16 @@ def convert_cli(
     max_length: int = Opt(7, "--max-length", "-n", help="n: report the spans longer than this"),
     lang: str = Opt("xx", "--lang", help="Language whose tokenizer splits JSON lines that have text, not tokens"),
     model: Optional[str] = Opt(None, "--model", help="A pipeline whose tokenizer splits such text (instead of --lang)"),
+    docs: bool = Opt(False, "--docs", help="A doc per document (from one -DOCSTART- line to the next, sentence "
+                     "starts kept), not per sentence"),
     # fmt: on
 ):
     """Convert a column (IOB1/IOB2/IOBES/BILUO, a column per level) or JSON lines corpus
     to .spacy, with gold in doc.spans[KEY]. Prints what was kept, and every span dropped or
     repaired with its reason; a file it cannot read fully is an error and nothing is written."""
     try:
+        if docs and file_format == Format.jsonl:
+            raise ValueError("--docs groups the sentences of a column file; a JSON line is already one doc")
         if file_format == Format.jsonl:
             tokenizer = (spacy.load(model) if model else spacy.blank(lang)).tokenizer
             records = converters.read_jsonl(input_path, tokenizer)
@@ -74,6 +78,8 @@ def convert_cli(
             columns = [int(c) for c in tag_columns.split(",")]
             sep = "\t" if separator in ("tab", "\\t") else separator
             records = converters.read_columns(input_path, token_column, columns, scheme.value, sep)
+            if docs:
+                records = converters.group_documents(records, input_path)
         report = converters.convert(records, output_path, spans_key, not no_ents, max_length)
     except (ValueError, OSError) as err:
         _fail(err)

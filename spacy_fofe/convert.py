@@ -2,7 +2,8 @@
 
 Column files: one token per line, a token column and one IOB/BIO tag column per nesting
 level (CoNLL-2003: `token POS chunk NER`, IOB1; GermEval 2014: `id token outer inner`,
-BIO), blank lines between sentences, `#` comment lines and `-DOCSTART-` lines skipped.
+BIO), blank lines between sentences, `#` comment lines skipped; a `-DOCSTART-` line starts a
+document (`group_documents` joins a document's sentences into one doc, sentence starts kept).
 JSON lines (`read_jsonl`): tokens with token-offset spans, or Prodigy/spaCy-style text with
 character-offset spans, tokenized by a spaCy tokenizer. Readers yield `Record`s; with more
 than one level the converter also writes each level to doc.spans[f"{key}_level{i}"] (i from
@@ -34,6 +35,8 @@ class Record:
     words: List[str]
     levels: List[List[SpanTuple]]
     spaces: Optional[List[bool]] = None
+    sent_starts: Optional[List[bool]] = None  # set on documents of several sentences
+    doc_start: bool = False  # a `-DOCSTART-` line came before this sentence
     dropped: Counter = field(default_factory=Counter)
     repaired: Counter = field(default_factory=Counter)
     examples: List[str] = field(default_factory=list)  # where and what was dropped, for the report
@@ -136,6 +139,7 @@ def read_columns(
     rows: List[List[str]] = []
     line_numbers: List[int] = []
     entity_tags = 0
+    doc_start = False
 
     def flush():
         nonlocal entity_tags
@@ -153,7 +157,7 @@ def read_columns(
             invalid += level_invalid
             entity_tags += sum(tag not in OUTSIDE_TAGS for tag in tags)
         repaired = Counter({REPAIRED_TAGS: invalid}) if invalid else Counter()
-        return Record(list(words), levels, repaired=repaired)
+        return Record(list(words), levels, repaired=repaired, doc_start=doc_start)
 
     path = Path(path)
     if not path.is_file():
@@ -164,7 +168,7 @@ def read_columns(
             if not line.strip():
                 if words:
                     yield flush()
-                    words, rows, line_numbers = [], [], []
+                    words, rows, line_numbers, doc_start = [], [], [], False
                 continue
             cells = line.split(separator) if separator else line.split()
             if line.startswith("#") and not _has_tags(cells, tag_columns):
@@ -173,6 +177,10 @@ def read_columns(
                 raise ValueError(f"{path}: line {line!r} has {len(cells)} columns; expected the token in "
                                  f"column {token_column} and tags in columns {list(tag_columns)}")
             if cells[token_column] == "-DOCSTART-":
+                if words:  # a sentence with no blank line before the marker ends there
+                    yield flush()
+                    words, rows, line_numbers = [], [], []
+                doc_start = True
                 continue
             words.append(cells[token_column])
             rows.append(cells)
@@ -182,6 +190,40 @@ def read_columns(
     if entity_tags == 0:
         raise ValueError(f"{path}: tag columns {list(tag_columns)} hold no entity tags (every tag is O); nothing was "
                          "written. Choose the columns with --tag-columns.")
+
+
+def group_documents(records: Iterable[Record], path: Path) -> Iterator[Record]:
+    """Join the sentence records of each document (from one `-DOCSTART-` line to the next) into
+    one record with its sentence starts, so a model can read context across sentences."""
+    document: List[Record] = []
+    seen_marker = False
+    for record in records:
+        seen_marker = seen_marker or record.doc_start
+        if record.doc_start and document:
+            yield join_sentences(document)
+            document = []
+        document.append(record)
+    if not seen_marker:
+        raise ValueError(f"{path}: no -DOCSTART- lines, so its documents cannot be told apart; convert it "
+                         "without --docs (one doc per sentence)")
+    if document:
+        yield join_sentences(document)
+
+
+def join_sentences(sentences: Sequence[Record]) -> Record:
+    """One record of several sentences: words and spans in order, sentence starts marked."""
+    joined = Record([], [[] for _ in sentences[0].levels], spaces=[], sent_starts=[], doc_start=True)
+    for sentence in sentences:
+        offset = len(joined.words)
+        joined.words.extend(sentence.words)
+        joined.spaces.extend(sentence.spaces or [True] * len(sentence.words))
+        joined.sent_starts.extend([True] + [False] * (len(sentence.words) - 1))
+        for level, spans in zip(joined.levels, sentence.levels):
+            level.extend((start + offset, end + offset, label) for start, end, label in spans)
+        joined.dropped.update(sentence.dropped)
+        joined.repaired.update(sentence.repaired)
+        joined.examples.extend(sentence.examples)
+    return joined
 
 
 def _has_tags(cells: List[str], tag_columns: Sequence[int]) -> bool:
@@ -308,7 +350,7 @@ def _span(item, doc: Doc, by_tokens: bool, where: str) -> Optional[SpanTuple]:
 def make_doc(vocab: Vocab, record: Record, spans_key: str, ents: bool) -> Doc:
     """A Doc with all spans in doc.spans[spans_key] (each level in its own group too when
     there are several) and, if asked, the outer level in doc.ents."""
-    doc = Doc(vocab, words=record.words, spaces=record.spaces)
+    doc = Doc(vocab, words=record.words, spaces=record.spaces, sent_starts=record.sent_starts)
     levels = record.levels
     spans = sorted({span for level in levels for span in level})
     doc.spans[spans_key] = [Span(doc, start, end, label=label) for start, end, label in spans]

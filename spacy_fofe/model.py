@@ -44,6 +44,7 @@ def build_fofe_ner_model(
     right_context: bool = True,
     bag_of_words: bool = True,
     char_fofe: bool = True,
+    stop_at_sentences: bool = False,
     nO: Optional[int] = None,
 ) -> Model[InT, Floats2d]:
     """Build the FOFE fragment scorer over any tok2vec.
@@ -54,14 +55,16 @@ def build_fofe_ner_model(
     char_width, n_char_buckets: character embeddings; a character's row is its Unicode
         code point modulo n_char_buckets (so any text works; rare collisions are shared rows).
     left_context, right_context, bag_of_words, char_fofe: switch feature groups (ablations).
+    stop_at_sentences: restart the FOFE codes at each sentence start a doc has, instead of
+        letting the context of a whole document reach across its sentences.
     """
     switches = dict(zip(GROUPS, (left_context, right_context, bag_of_words, char_fofe)))
     groups = [group for group in GROUPS if switches[group]]
     _check_settings(groups, hidden_width=hidden_width, depth=depth, dropout=dropout, word_alpha=word_alpha,
                     char_alpha=char_alpha, char_width=char_width, n_char_buckets=n_char_buckets)
     word_codes = WordFOFECodes(word_alpha, left_context, right_context, bag_of_words, dropout=dropout)
-    char_codes = CharFOFECodes(char_width, n_char_buckets, char_alpha) if char_fofe else None
-    codes = PositionCodes(tok2vec, word_codes, char_codes)
+    char_codes = CharFOFECodes(char_width, n_char_buckets, char_alpha, stop_at_sentences) if char_fofe else None
+    codes = PositionCodes(tok2vec, word_codes, char_codes, stop_at_sentences)
     projection = FragmentProjection(blocks_of(groups), nO=hidden_width, nC=char_width if char_fofe else 0,
                                     dropout=dropout)
     hidden = [Relu(nO=hidden_width, nI=hidden_width, dropout=dropout) for _ in range(depth - 1)]

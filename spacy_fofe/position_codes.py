@@ -5,7 +5,9 @@ fragment's boundaries (docs/architecture.md, section 3), so nothing here depends
 fragments. Three layers: `WordFOFECodes` (left and right context codes and the token
 vectors, from any tok2vec's output), `CharFOFECodes` (character codes at token
 boundaries, with their own embedding table) and `PositionCodes`, which runs a tok2vec and
-both and merges their arrays.
+both and merges their arrays. The codes run over whole docs, across sentence boundaries;
+with `stop_at_sentences` they restart at each sentence start the doc has (`Token.is_sent_start`
+set by a converter, a senter or a parser) and a doc without sentence starts is one sentence.
 """
 
 from dataclasses import dataclass, field
@@ -96,15 +98,16 @@ def _word_forward(model: Model, tokvecs: List[Floats2d], is_train: bool) -> Tupl
 
 @registry.layers("spacy_fofe.CharFOFECodes.v1")
 def CharFOFECodes(
-    nO: int = 32, nV: int = 2048, alpha: float = 0.8
+    nO: int = 32, nV: int = 2048, alpha: float = 0.8, stop_at_sentences: bool = False
 ) -> Model[List[Doc], Codes]:
     """Character FOFE codes at every token's boundaries (`fofe.char_boundary_codes`).
 
     nO: the character embedding width. nV: rows of the embedding table; a character's row
     is its code point modulo nV, so any text works and rare collisions share a row.
+    stop_at_sentences: restart the codes at each sentence start instead of running over the doc.
     """
     return Model("char_fofe_codes", _char_forward, init=_char_init, dims={"nO": nO, "nV": nV},
-                 params={"E": None}, attrs={"alpha": alpha})
+                 params={"E": None}, attrs={"alpha": alpha, "stop_at_sentences": stop_at_sentences})
 
 
 def _char_init(model: Model, X=None, Y=None) -> None:
@@ -117,7 +120,7 @@ def _char_init(model: Model, X=None, Y=None) -> None:
 def _char_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Codes, Callable]:
     ops = model.ops
     alpha = model.attrs["alpha"]
-    codepoints, char_lengths, token_starts, token_ends = doc_characters(docs)
+    codepoints, char_lengths, token_starts, token_ends = doc_characters(docs, model.attrs["stop_at_sentences"])
     ids = ops.asarray((codepoints % model.get_dim("nV")).astype("int64"))
     char_lengths, token_starts, token_ends = (ops.asarray(a) for a in (char_lengths, token_starts, token_ends))
     table = model.get_param("E")
@@ -136,21 +139,44 @@ def _char_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Codes,
     return Codes(lengths, dict(zip(CHAR_ARRAYS, codes)), (token_starts, token_ends), alpha), backprop
 
 
-def doc_characters(docs: List[Doc]):
-    """Code points of each doc's text, flat, and each token's flat [start, end) character offsets."""
+def doc_characters(docs: List[Doc], by_sentence: bool = False):
+    """Code points of each doc's text, flat; the length of each character sequence (a doc's
+    text, or with `by_sentence` each sentence's, from its first character to the next
+    sentence's); and each token's flat [start, end) character offsets."""
     texts = [numpy.frombuffer(doc.text.encode("utf-32-le"), dtype=numpy.uint32) for doc in docs]
-    char_lengths = numpy.asarray([len(t) for t in texts], dtype="int64")
-    char_offsets = numpy.cumsum(char_lengths) - char_lengths
-    starts, ends = [], []
-    for doc, offset in zip(docs, char_offsets):
+    text_lengths = numpy.asarray([len(t) for t in texts], dtype="int64")
+    char_offsets = numpy.cumsum(text_lengths) - text_lengths
+    starts, ends, sequences = [], [], []
+    for doc, offset, text_length in zip(docs, char_offsets, text_lengths):
         if len(doc):
-            idx = doc.to_array("IDX").astype("int64") + offset
-            starts.append(idx)
-            ends.append(idx + doc.to_array("LENGTH").astype("int64"))
+            idx = doc.to_array("IDX").astype("int64")
+            starts.append(idx + offset)
+            ends.append(idx + offset + doc.to_array("LENGTH").astype("int64"))
+            if by_sentence:
+                cuts = idx[sentence_starts(doc)[1:]]
+                sequences.append(numpy.diff(numpy.concatenate([[0], cuts, [text_length]])))
+                continue
+        sequences.append(numpy.asarray([text_length], dtype="int64"))
     empty = numpy.zeros((0,), dtype="int64")
     codepoints = numpy.concatenate(texts) if texts else numpy.zeros((0,), dtype=numpy.uint32)
+    char_lengths = numpy.concatenate(sequences).astype("int64") if sequences else empty
     return (codepoints, char_lengths,
             numpy.concatenate(starts) if starts else empty, numpy.concatenate(ends) if ends else empty)
+
+
+def sentence_starts(doc: Doc) -> numpy.ndarray:
+    """Indices of the tokens that start a sentence: always 0, and every marked sentence start."""
+    if len(doc) == 0:
+        return numpy.zeros((0,), dtype="int64")
+    if not doc.has_annotation("SENT_START"):
+        return numpy.zeros((1,), dtype="int64")
+    marked = numpy.flatnonzero(doc.to_array("SENT_START") == 1)
+    return numpy.union1d([0], marked).astype("int64")
+
+
+def sentence_lengths(doc: Doc) -> numpy.ndarray:
+    """Tokens per sentence of a doc (one sentence when it has no sentence starts; none when empty)."""
+    return numpy.diff(numpy.append(sentence_starts(doc), len(doc)))
 
 
 @registry.layers("spacy_fofe.PositionCodes.v1")
@@ -158,16 +184,30 @@ def PositionCodes(
     tok2vec: Model[List[Doc], List[Floats2d]],
     word_codes: Model[List[Floats2d], Codes],
     char_codes: Optional[Model[List[Doc], Codes]] = None,
+    stop_at_sentences: bool = False,
 ) -> Model[List[Doc], Codes]:
-    """Run the tok2vec and the word codes on its output, and the character codes on the docs."""
+    """Run the tok2vec and the word codes on its output, and the character codes on the docs.
+
+    stop_at_sentences: the word codes run over each sentence instead of each doc (give the
+    character codes the same setting)."""
     layers = [tok2vec, word_codes] + ([char_codes] if char_codes is not None else [])
     refs = {"tok2vec": tok2vec, "word_codes": word_codes, "char_codes": char_codes}
-    return Model("position_codes", _position_forward, layers=layers, refs=refs)
+    return Model("position_codes", _position_forward, layers=layers, refs=refs,
+                 attrs={"stop_at_sentences": stop_at_sentences})
 
 
 def _position_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Codes, Callable]:
     tokvecs, backprop_tok2vec = model.get_ref("tok2vec")(docs, is_train)
-    codes, backprop_words = model.get_ref("word_codes")(tokvecs, is_train)
+    if model.attrs["stop_at_sentences"]:
+        sentences = [sentence_lengths(doc) for doc in docs]
+        per_sentence, backprop_split = _split_sentences(model.ops, tokvecs, sentences)
+        codes, backprop_sentences = model.get_ref("word_codes")(per_sentence, is_train)
+        codes.lengths = numpy.asarray([len(doc) for doc in docs], dtype="int64")
+
+        def backprop_words(d_arrays: Gradients) -> List[Floats2d]:
+            return backprop_split(backprop_sentences(d_arrays))
+    else:
+        codes, backprop_words = model.get_ref("word_codes")(tokvecs, is_train)
     backprop_chars = None
     if model.has_ref("char_codes") is True:
         chars, backprop_chars = model.get_ref("char_codes")(docs, is_train)
@@ -181,3 +221,23 @@ def _position_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Co
         return []
 
     return codes, backprop
+
+
+def _split_sentences(ops, tokvecs: List[Floats2d], sentences: List[numpy.ndarray]):
+    """Each doc's token vectors cut into its sentences (in order), and the backprop that
+    joins the sentences' gradients into each doc's again."""
+    pieces, counts = [], []
+    for vectors, lengths in zip(tokvecs, sentences):
+        cuts = numpy.cumsum(lengths)[:-1]
+        parts = [vectors[begin:end] for begin, end in zip(numpy.append([0], cuts), numpy.append(cuts, len(vectors)))]
+        pieces.extend(parts if len(vectors) else [])
+        counts.append(len(parts) if len(vectors) else 0)
+
+    def backprop(d_pieces: List[Floats2d]) -> List[Floats2d]:
+        d_docs, at = [], 0
+        for vectors, count in zip(tokvecs, counts):
+            d_docs.append(ops.xp.concatenate(d_pieces[at: at + count]) if count else ops.alloc2f(*vectors.shape))
+            at += count
+        return d_docs
+
+    return pieces, backprop

@@ -177,3 +177,47 @@ def test_bad_jsonl_is_an_error_naming_the_line_and_nothing_is_written(tmp_path, 
     assert result.exit_code == 1
     assert re.search(message, " ".join(result.output.split())), result.output
     assert not (tmp_path / "out.spacy").exists()
+
+
+CONLL_DOCS = """-DOCSTART- -X- -X- O
+
+EU NNP B-NP I-ORG
+rejects VBZ B-VP O
+
+Peter NNP B-NP I-PER
+Blackburn NNP B-NP I-PER
+
+-DOCSTART- -X- -X- O
+
+BRUSSELS NNP B-NP I-LOC
+-DOCSTART- -X- -X- O
+Germany NNP B-NP I-LOC
+"""
+
+
+def test_docs_join_the_sentences_of_each_document_with_their_starts(tmp_path):
+    source = tmp_path / "docs.conll"
+    source.write_text(CONLL_DOCS, encoding="utf8")
+    result = run("convert", source, tmp_path / "docs.spacy", "--scheme", "iob1", "--docs")
+    assert result.exit_code == 0, result.output
+    docs = list(DocBin().from_disk(tmp_path / "docs.spacy").get_docs(Vocab()))
+    assert [d.text for d in docs] == ["EU rejects Peter Blackburn ", "BRUSSELS ", "Germany "]
+    assert [[t.is_sent_start for t in d] for d in docs] == [[True, False, True, False], [True], [True]]
+    assert [(s.start, s.end, s.label_) for s in docs[0].spans["sc"]] == [(0, 1, "ORG"), (2, 4, "PER")]
+    assert [[(e.start, e.end, e.label_) for e in d.ents] for d in docs[1:]] == [[(0, 1, "LOC")], [(0, 1, "LOC")]]
+    # Without --docs the same file gives a doc per sentence, with no sentence annotation.
+    run("convert", source, tmp_path / "sents.spacy", "--scheme", "iob1")
+    sents = list(DocBin().from_disk(tmp_path / "sents.spacy").get_docs(Vocab()))
+    assert [len(d) for d in sents] == [2, 2, 1, 1]
+
+
+def test_docs_without_docstart_lines_is_an_error_and_nothing_is_written(tmp_path):
+    source = tmp_path / "plain.conll"
+    source.write_text("Paris NNP B-NP I-LOC\n\nRome NNP B-NP I-LOC\n", encoding="utf8")
+    result = run("convert", source, tmp_path / "out.spacy", "--scheme", "iob1", "--docs")
+    assert result.exit_code == 1 and "no -DOCSTART- lines" in " ".join(result.output.split())
+    assert not (tmp_path / "out.spacy").exists()
+    jsonl = tmp_path / "in.jsonl"
+    jsonl.write_text('{"tokens": ["Paris"], "spans": [[0, 1, "LOC"]]}\n', encoding="utf8")
+    result = run("convert", jsonl, tmp_path / "out.spacy", "--format", "jsonl", "--docs")
+    assert result.exit_code == 1 and "already one doc" in " ".join(result.output.split())

@@ -6,6 +6,7 @@ import numpy
 import pytest
 import spacy
 import srsly
+from spacy.tokens import Doc
 from thinc.api import Model
 
 from spacy_fofe.component import FOFENER
@@ -47,8 +48,16 @@ def docs():
     return [nlp("Ann met Bob in Rome ."), nlp("Hi"), nlp("New York , USA")]
 
 
-@pytest.mark.parametrize("groups", [{}, {"char_fofe": False}, {"left_context": False, "bag_of_words": False}])
+def two_sentence_doc(vocab):
+    words = ["Ann", "met", "Bob", ".", "Bob", "left", "Rome", "."]
+    return Doc(vocab, words=words, spaces=[True] * 8, sent_starts=[True, False, False, False] * 2)
+
+
+@pytest.mark.parametrize("groups", [{}, {"char_fofe": False}, {"left_context": False, "bag_of_words": False},
+                                    {"stop_at_sentences": True}])
 def test_gradients_match_finite_differences(docs, groups, seed=0):
+    if groups.get("stop_at_sentences"):
+        docs = [two_sentence_doc(docs[0].vocab), docs[1]]
     spacy.util.fix_random_seed(seed)  # W's initialisation reads the global random state
     model = build_fofe_ner_model(table_tok2vec(6, 12), hidden_width=8, depth=2, dropout=0.0, word_alpha=0.6,
                                  char_alpha=0.7, char_width=4, n_char_buckets=64, nO=3, **groups)
@@ -89,6 +98,40 @@ def test_gradients_match_finite_differences(docs, groups, seed=0):
         # A ReLU kink inside the finite-difference step spoils a few entries; a wrong
         # gradient spoils most of them.
         assert len(errors) >= 5 and numpy.mean(numpy.asarray(errors) < 1e-2) >= 0.8, (name, sorted(errors))
+
+
+def hash_tok2vec() -> Model:
+    """Token vectors from hash tables: each token's vector depends on the token alone."""
+    return spacy.registry.architectures.get("spacy.MultiHashEmbed.v2")(
+        width=6, attrs=["ORTH", "SHAPE"], rows=[50, 20], include_static_vectors=False)
+
+
+@pytest.mark.parametrize("char_fofe", [True, False])
+def test_stop_at_sentences_scores_each_sentence_as_if_alone(char_fofe):
+    vocab = spacy.blank("en").vocab
+    doc = two_sentence_doc(vocab)
+    alone = [Doc(vocab, words=[t.text for t in sent], spaces=[True] * len(sent)) for sent in doc.sents]
+    fragments = enumerate_fragments([len(doc)], 3)
+    inside = (fragments[:, 1] < 4) == (fragments[:, 2] <= 4)  # the fragments that stay in one sentence
+    fragments = fragments[inside]
+    first = fragments[:, 1] < 4
+    alone_fragments = numpy.concatenate([fragments[first], fragments[~first] - [[-1, 4, 4]]])
+    scores, models = {}, {}
+    for stop in (True, False):
+        spacy.util.fix_random_seed(0)
+        model = build_fofe_ner_model(hash_tok2vec(), hidden_width=8, char_width=4, nO=3, char_fofe=char_fofe,
+                                     stop_at_sentences=stop)
+        model.initialize(X=([doc], fragments))
+        randomize_output(model)
+        scores[stop] = model.predict(([doc], fragments)), model.predict((alone, alone_fragments))
+        models[stop] = model
+    numpy.testing.assert_allclose(*scores[True], atol=1e-6)
+    # Running across the sentence boundary, the context of the other sentence changes the scores.
+    assert numpy.abs(scores[False][0] - scores[False][1]).max() > 1e-3
+    # A doc without sentence starts is one sentence: there the setting changes nothing (both
+    # models have the same weights, from the same seed).
+    plain = Doc(vocab, words=[t.text for t in doc], spaces=[True] * len(doc))
+    numpy.testing.assert_allclose(models[True].predict(([plain], fragments)), scores[False][0], atol=1e-6)
 
 
 def test_chunked_prediction_equals_one_chunk(docs):
