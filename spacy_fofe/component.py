@@ -25,7 +25,7 @@ from thinc.types import Floats2d
 from .decoding import Candidate, Level, decode, levels_from
 from .fragments import enumerate_fragments, fragment_targets, sample_fragments
 from .gold import GoldStats, aligned_gold, gold_spans
-from .model import is_v1_layout, read_v1_weights
+from .model import context_tokens, is_v1_layout, read_v1_weights
 from .settings import NAMES as SETTING_NAMES
 from .settings import Cfg, Settings
 
@@ -52,7 +52,7 @@ DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
 WINDOW_TOKENS = 8192
 # What a window doc copies from its doc besides the words: the token attributes a tok2vec may read
 # that are not the lexeme's own (those come with the words).
-WINDOW_ATTRS = ["NORM", "LEMMA", "TAG", "POS", "MORPH"]
+WINDOW_ATTRS = ["NORM", "LEMMA", "TAG", "POS", "MORPH", "SENT_START"]
 
 
 @Language.factory(
@@ -144,7 +144,7 @@ class FOFENER(TrainablePipe):
         """Probabilities (NONE first, then each label) of every fragment of up to n tokens.
 
         A doc longer than WINDOW_TOKENS is scored window by window, each with the context
-        the model reads around it (its attrs["context_tokens"]), so memory stays bounded
+        the model reads around it (`model.context_tokens`), so memory stays bounded
         and the scores are those of the whole doc. Not with a listener tok2vec: the
         upstream component's output belongs to the whole doc.
         """
@@ -180,10 +180,9 @@ class FOFENER(TrainablePipe):
 
     def _window_margin(self) -> Optional[int]:
         """Tokens of context each side of a window, or None when docs must be scored whole."""
-        context = self.model.attrs.get("context_tokens")
-        if context is None or any("listener" in node.name for node in self.model.walk()):
+        if "groups" not in self.model.attrs or any("listener" in node.name for node in self.model.walk()):
             return None
-        return context + self.cfg["max_length"]
+        return context_tokens(self.model) + self.cfg["max_length"]
 
     def set_annotations(self, docs: Iterable[Doc], predictions: Tuple[numpy.ndarray, Floats2d]) -> None:
         """Decode each doc's candidates into doc.spans[spans_key] (and the outer level into doc.ents)."""

@@ -77,6 +77,13 @@ def prefix_fofe_backward(d_codes: Floats2d, lengths: Ints1d, alpha: float, rever
     return prefix_fofe(d_codes, lengths, alpha, reverse=not reverse)
 
 
+def prefix_fofe_alpha_grad(codes: Floats2d, lengths: Ints1d, alpha: float, reverse: bool = False) -> Floats2d:
+    """d z_t / d alpha of prefix codes z = prefix_fofe(x, lengths, alpha, reverse), from z itself:
+    since z_t = alpha * z_{t-1} + x_t, the derivative w_t = alpha * w_{t-1} + z_{t-1} is the
+    prefix code of z shifted one row (the scan's cut-off applies to both alike)."""
+    return prefix_fofe(shift_within(codes, lengths, 1 if reverse else -1), lengths, alpha, reverse=reverse)
+
+
 def shift_within(x: Floats2d, lengths: Ints1d, step: int) -> Floats2d:
     """Row t gets x[t + step] when that row is in the same sequence, else zeros (step is +1 or -1).
 
@@ -235,10 +242,37 @@ def char_boundary_codes_backward(
     return d_chars
 
 
-def char_decay(token_starts: Ints1d, token_ends: Ints1d, n: int, alpha: float, begin: int, end: int):
-    """alpha ** (characters in fragment (t, l)) for the grid rows begin..end."""
+def char_boundary_codes_alpha_grad(
+    d_codes: Tuple[Floats2d, Floats2d, Floats2d, Floats2d],
+    char_vectors: Floats2d,
+    char_lengths: Ints1d,
+    token_starts: Ints1d,
+    token_ends: Ints1d,
+    alpha: float,
+) -> float:
+    """dL/dalpha through `char_boundary_codes`, given the gradients of its four outputs."""
+    xp = get_array_module(char_vectors)
+    zero = xp.zeros((1, char_vectors.shape[1]), dtype=char_vectors.dtype)
+    w = []
+    for reverse in (False, True):
+        codes = prefix_fofe(char_vectors, char_lengths, alpha, reverse=reverse)
+        w.append(xp.concatenate([prefix_fofe_alpha_grad(codes, char_lengths, alpha, reverse=reverse), zero]))
+    from_start, to_end = segment_positions(xp.asarray(char_lengths))
+    first, last, before, after = _char_boundary_indices(
+        from_start, to_end, token_starts, token_ends, char_vectors.shape[0])
+    pairs = ((w[0], last), (w[0], before), (w[1], first), (w[1], after))
+    return float(sum((d * grad[index]).sum() for d, (grad, index) in zip(d_codes, pairs)))
+
+
+def fragment_char_lengths(token_starts: Ints1d, token_ends: Ints1d, n: int, begin: int, end: int):
+    """Characters in fragment (t, l) (from its first token's start to its last token's end)
+    for the grid rows begin..end."""
     xp = get_array_module(token_starts)
     n_rows = token_starts.shape[0]
     j = xp.minimum(xp.arange(begin, end)[:, None] + xp.arange(n)[None, :], n_rows - 1)
-    n_chars = xp.maximum(token_ends[j] - token_starts[begin:end, None], 0)
-    return (float(alpha) ** n_chars.astype("float32")).astype("float32")
+    return xp.maximum(token_ends[j] - token_starts[begin:end, None], 0).astype("float32")
+
+
+def char_decay(token_starts: Ints1d, token_ends: Ints1d, n: int, alpha: float, begin: int, end: int):
+    """alpha ** (characters in fragment (t, l)) for the grid rows begin..end."""
+    return (float(alpha) ** fragment_char_lengths(token_starts, token_ends, n, begin, end)).astype("float32")

@@ -18,7 +18,7 @@ from thinc.api import Model, Relu, Softmax, chain
 from thinc.types import Floats2d, Ints2d
 
 from . import fofe
-from .position_codes import CharFOFECodes, PositionCodes, WordFOFECodes
+from .position_codes import CharFOFECodes, PositionCodes, WordFOFECodes, forgetting_factor
 from .projection import FragmentProjection, blocks_of
 
 InT = Tuple[List[Doc], Ints2d]
@@ -45,6 +45,8 @@ def build_fofe_ner_model(
     bag_of_words: bool = True,
     char_fofe: bool = True,
     stop_at_sentences: bool = False,
+    learn_word_alpha: bool = False,
+    learn_char_alpha: bool = False,
     nO: Optional[int] = None,
 ) -> Model[InT, Floats2d]:
     """Build the FOFE fragment scorer over any tok2vec.
@@ -52,6 +54,7 @@ def build_fofe_ner_model(
     hidden_width, depth: the feed-forward net (depth hidden ReLU layers, the first being
         the FOFE projection), the main speed knob.
     word_alpha, char_alpha: forgetting factors of the word and character FOFE, in (0, 1).
+    learn_word_alpha, learn_char_alpha: train a forgetting factor, starting from the value above.
     char_width, n_char_buckets: character embeddings; a character's row is its Unicode
         code point modulo n_char_buckets (so any text works; rare collisions are shared rows).
     left_context, right_context, bag_of_words, char_fofe: switch feature groups (ablations).
@@ -62,8 +65,10 @@ def build_fofe_ner_model(
     groups = [group for group in GROUPS if switches[group]]
     _check_settings(groups, hidden_width=hidden_width, depth=depth, dropout=dropout, word_alpha=word_alpha,
                     char_alpha=char_alpha, char_width=char_width, n_char_buckets=n_char_buckets)
-    word_codes = WordFOFECodes(word_alpha, left_context, right_context, bag_of_words, dropout=dropout)
-    char_codes = CharFOFECodes(char_width, n_char_buckets, char_alpha, stop_at_sentences) if char_fofe else None
+    word_codes = WordFOFECodes(word_alpha, left_context, right_context, bag_of_words, dropout=dropout,
+                               learn_alpha=learn_word_alpha)
+    char_codes = CharFOFECodes(char_width, n_char_buckets, char_alpha, stop_at_sentences,
+                               learn_alpha=learn_char_alpha) if char_fofe else None
     codes = PositionCodes(tok2vec, word_codes, char_codes, stop_at_sentences)
     projection = FragmentProjection(blocks_of(groups), nO=hidden_width, nC=char_width if char_fofe else 0,
                                     dropout=dropout)
@@ -75,10 +80,10 @@ def build_fofe_ner_model(
         _forward,
         init=_init,
         layers=[codes, chain(projection, scorer)],
-        refs={"codes": codes, "tok2vec": tok2vec, "projection": projection, "char_codes": char_codes,
-              "scorer": scorer, "output": output},
+        refs={"codes": codes, "tok2vec": tok2vec, "projection": projection, "word_codes": word_codes,
+              "char_codes": char_codes, "scorer": scorer, "output": output},
         dims={"nO": nO},
-        attrs={"chunk_cells": CHUNK_CELLS, "context_tokens": _context_tokens(groups, word_alpha, char_alpha)},
+        attrs={"chunk_cells": CHUNK_CELLS, "groups": groups},
     )
 
 
@@ -102,15 +107,16 @@ def _check_settings(groups: List[str], **settings) -> None:
             raise ValueError(f"{name}: {setting} must be >= 1, got {settings[setting]}")
 
 
-def _context_tokens(groups: List[str], word_alpha: float, char_alpha: float) -> int:
-    """How many tokens beyond a fragment its scores depend on: the FOFE scans' reach (a
-    token has at least one character) plus the tok2vec's. Scoring a long doc in windows
-    with this much context each side gives the scores of the whole doc."""
-    reach = 0
+def context_tokens(model: Model[InT, Floats2d]) -> int:
+    """How many tokens beyond a fragment its scores depend on: the FOFE scans' reach at the
+    current forgetting factors (a token has at least one character) plus the tok2vec's.
+    Scoring a long doc in windows with this much context each side gives the scores of
+    the whole doc."""
+    groups, reach = model.attrs["groups"], 0
     if "left_context" in groups or "right_context" in groups:
-        reach = fofe.scan_reach(word_alpha)
+        reach = fofe.scan_reach(forgetting_factor(model.get_ref("word_codes")))
     if "char_fofe" in groups:
-        reach = max(reach, fofe.scan_reach(char_alpha))
+        reach = max(reach, fofe.scan_reach(forgetting_factor(model.get_ref("char_codes"))))
     return reach + TOK2VEC_REACH
 
 
@@ -126,6 +132,7 @@ def _init(model: Model[InT, Floats2d], X: Optional[InT] = None, Y=None) -> None:
     model.get_ref("output").set_dim("nO", model.get_dim("nO"))
     model.get_ref("scorer").initialize()
     projection.initialize()
+    model.get_ref("word_codes").initialize()
     if model.has_ref("char_codes") is True:
         model.get_ref("char_codes").initialize()
 

@@ -35,6 +35,9 @@ class Codes:
     # model's device) and the character forgetting factor, which a fragment's codes need.
     char_bounds: Optional[Tuple[Ints1d, Ints1d]] = None
     char_alpha: float = 0.0
+    # Whether char_alpha is learned: then the gradient with respect to it travels back
+    # under the key CHAR_ALPHA_GRAD, next to the arrays' gradients.
+    char_alpha_learned: bool = False
 
     def flat_starts(self, fragments: numpy.ndarray) -> numpy.ndarray:
         """The row of each fragment's (doc index, start, end) first token in the arrays."""
@@ -42,6 +45,7 @@ class Codes:
 
 
 Gradients = Dict[str, Floats2d]
+CHAR_ALPHA_GRAD = "char_alpha"
 
 
 @registry.layers("spacy_fofe.WordFOFECodes.v1")
@@ -51,20 +55,50 @@ def WordFOFECodes(
     right_context: bool = True,
     bag_of_words: bool = True,
     dropout: float = 0.0,
+    learn_alpha: bool = False,
 ) -> Model[List[Floats2d], Codes]:
     """Left-to-right and right-to-left FOFE codes of the token vectors, including and
-    excluding each position, and the token vectors themselves (dropout applied first)."""
+    excluding each position, and the token vectors themselves (dropout applied first).
+
+    learn_alpha: train the forgetting factor, starting from `alpha` (see `forgetting_factor`).
+    """
     switches = {"left_context": left_context, "right_context": right_context, "bag_of_words": bag_of_words}
     return Model(
         "word_fofe_codes",
         _word_forward,
+        init=_alpha_init,
+        params={ALPHA_LOGIT: None} if learn_alpha else {},
         attrs={"alpha": alpha, "groups": [group for group, on in switches.items() if on], "dropout_rate": dropout},
     )
 
 
+# A learned forgetting factor is kept as its logit, so every update leaves it in (0, 1).
+ALPHA_LOGIT = "alpha_logit"
+
+
+def _alpha_init(model: Model, X=None, Y=None) -> None:
+    if ALPHA_LOGIT in model.param_names:
+        alpha = model.attrs["alpha"]
+        model.set_param(ALPHA_LOGIT, model.ops.asarray1f([numpy.log(alpha / (1.0 - alpha))]))
+
+
+def forgetting_factor(model: Model) -> float:
+    """The layer's alpha: the configured one, or sigmoid of the learned logit."""
+    if ALPHA_LOGIT not in model.param_names:
+        return model.attrs["alpha"]
+    logit = float(model.get_param(ALPHA_LOGIT)[0])
+    return float(1.0 / (1.0 + numpy.exp(-logit)))
+
+
+def _inc_alpha_grad(model: Model, d_alpha: float, alpha: float) -> None:
+    """Add dL/dalpha to the logit's gradient (dalpha/dlogit = alpha * (1 - alpha))."""
+    model.inc_grad(ALPHA_LOGIT, model.ops.asarray1f([d_alpha * alpha * (1.0 - alpha)]))
+
+
 def _word_forward(model: Model, tokvecs: List[Floats2d], is_train: bool) -> Tuple[Codes, Callable]:
     ops = model.ops
-    alpha, groups = model.attrs["alpha"], model.attrs["groups"]
+    alpha, groups = forgetting_factor(model), model.attrs["groups"]
+    learned = ALPHA_LOGIT in model.param_names
     lengths = numpy.asarray([len(v) for v in tokvecs], dtype="int64")
     lengths_dev = ops.asarray(lengths)
     x = ops.flatten(list(tokvecs))
@@ -83,12 +117,20 @@ def _word_forward(model: Model, tokvecs: List[Floats2d], is_train: bool) -> Tupl
 
     def backprop(d_arrays: Gradients) -> List[Floats2d]:
         d_x = d_arrays["tokens"] if "tokens" in d_arrays else ops.alloc2f(*x.shape)
+        d_alpha = 0.0
         if "left_incl" in d_arrays:
             d_left = d_arrays["left_incl"] + fofe.shift_within(d_arrays["left_excl"], lengths_dev, 1)
             d_x = d_x + fofe.prefix_fofe_backward(d_left, lengths_dev, alpha)
+            if learned:
+                d_alpha += float((d_left * fofe.prefix_fofe_alpha_grad(arrays["left_incl"], lengths_dev, alpha)).sum())
         if "right_incl" in d_arrays:
             d_right = d_arrays["right_incl"] + fofe.shift_within(d_arrays["right_excl"], lengths_dev, -1)
             d_x = d_x + fofe.prefix_fofe_backward(d_right, lengths_dev, alpha, reverse=True)
+            if learned:
+                d_alpha += float((d_right * fofe.prefix_fofe_alpha_grad(
+                    arrays["right_incl"], lengths_dev, alpha, reverse=True)).sum())
+        if learned:
+            _inc_alpha_grad(model, d_alpha, alpha)
         if mask is not None:
             d_x = d_x * mask
         return ops.unflatten(d_x, lengths_dev)
@@ -98,16 +140,18 @@ def _word_forward(model: Model, tokvecs: List[Floats2d], is_train: bool) -> Tupl
 
 @registry.layers("spacy_fofe.CharFOFECodes.v1")
 def CharFOFECodes(
-    nO: int = 32, nV: int = 2048, alpha: float = 0.8, stop_at_sentences: bool = False
+    nO: int = 32, nV: int = 2048, alpha: float = 0.8, stop_at_sentences: bool = False, learn_alpha: bool = False
 ) -> Model[List[Doc], Codes]:
     """Character FOFE codes at every token's boundaries (`fofe.char_boundary_codes`).
 
     nO: the character embedding width. nV: rows of the embedding table; a character's row
     is its code point modulo nV, so any text works and rare collisions share a row.
     stop_at_sentences: restart the codes at each sentence start instead of running over the doc.
+    learn_alpha: train the forgetting factor, starting from `alpha`.
     """
+    params = {"E": None, **({ALPHA_LOGIT: None} if learn_alpha else {})}
     return Model("char_fofe_codes", _char_forward, init=_char_init, dims={"nO": nO, "nV": nV},
-                 params={"E": None}, attrs={"alpha": alpha, "stop_at_sentences": stop_at_sentences})
+                 params=params, attrs={"alpha": alpha, "stop_at_sentences": stop_at_sentences})
 
 
 def _char_init(model: Model, X=None, Y=None) -> None:
@@ -115,16 +159,19 @@ def _char_init(model: Model, X=None, Y=None) -> None:
     rng = numpy.random.default_rng(0)
     table = rng.uniform(-0.1, 0.1, (model.get_dim("nV"), model.get_dim("nO"))).astype("float32")
     model.set_param("E", model.ops.asarray(table))
+    _alpha_init(model)
 
 
 def _char_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Codes, Callable]:
     ops = model.ops
-    alpha = model.attrs["alpha"]
+    alpha = forgetting_factor(model)
+    learned = ALPHA_LOGIT in model.param_names
     codepoints, char_lengths, token_starts, token_ends = doc_characters(docs, model.attrs["stop_at_sentences"])
     ids = ops.asarray((codepoints % model.get_dim("nV")).astype("int64"))
     char_lengths, token_starts, token_ends = (ops.asarray(a) for a in (char_lengths, token_starts, token_ends))
     table = model.get_param("E")
-    codes = fofe.char_boundary_codes(table[ids], char_lengths, token_starts, token_ends, alpha)
+    char_vectors = table[ids]
+    codes = fofe.char_boundary_codes(char_vectors, char_lengths, token_starts, token_ends, alpha)
     lengths = numpy.asarray([len(doc) for doc in docs], dtype="int64")
 
     def backprop(d_arrays: Gradients) -> List[Doc]:
@@ -134,9 +181,15 @@ def _char_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Codes,
         d_table = ops.alloc2f(*table.shape)
         ops.scatter_add(d_table, ids, d_chars)
         model.inc_grad("E", d_table)
+        if learned:
+            d_alpha = fofe.char_boundary_codes_alpha_grad(d_codes, char_vectors, char_lengths, token_starts,
+                                                          token_ends, alpha)
+            if CHAR_ALPHA_GRAD in d_arrays:  # the fragments' own decay, alpha ** characters
+                d_alpha += float(d_arrays[CHAR_ALPHA_GRAD].sum())
+            _inc_alpha_grad(model, d_alpha, alpha)
         return []
 
-    return Codes(lengths, dict(zip(CHAR_ARRAYS, codes)), (token_starts, token_ends), alpha), backprop
+    return Codes(lengths, dict(zip(CHAR_ARRAYS, codes)), (token_starts, token_ends), alpha, learned), backprop
 
 
 def doc_characters(docs: List[Doc], by_sentence: bool = False):
@@ -213,6 +266,7 @@ def _position_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Co
         chars, backprop_chars = model.get_ref("char_codes")(docs, is_train)
         codes.arrays.update(chars.arrays)
         codes.char_bounds, codes.char_alpha = chars.char_bounds, chars.char_alpha
+        codes.char_alpha_learned = chars.char_alpha_learned
 
     def backprop(d_arrays: Gradients) -> List[Doc]:
         backprop_tok2vec(backprop_words(d_arrays))

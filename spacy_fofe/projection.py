@@ -16,7 +16,7 @@ from thinc.api import Model, glorot_uniform_init
 from thinc.types import Floats2d, Floats3d, Ints2d
 
 from . import fofe
-from .position_codes import Codes
+from .position_codes import CHAR_ALPHA_GRAD, Codes
 
 # The column blocks of W, in order, for each feature group.
 FEATURE_BLOCKS = {
@@ -121,11 +121,18 @@ def _forward(model: Model, inputs: InT, is_train: bool) -> Tuple[Floats2d, Calla
         d_grid = d_grid.reshape((n_tokens, n, nH))
         d_placed = {place: backward(d_grid, n_tokens)
                     for place, (_, backward) in fofe.GRID_OPS.items() if place in placed}
+        d_alpha = None
         if codes.char_bounds is not None:
-            d_decayed = -_char_decay(codes, n, 0, n_tokens)[:, :, None] * d_grid
+            decay = _char_decay(codes, n, 0, n_tokens)
+            d_decayed = -decay[:, :, None] * d_grid
             d_placed["start_decayed"] = fofe.grid_at_start_backward(d_decayed, n_tokens)
             d_placed["end_decayed"] = fofe.grid_at_end_backward(d_decayed, n_tokens)
-        return backprop_placed(d_placed)
+            if codes.char_alpha_learned:
+                d_alpha = _char_decay_alpha_grad(codes, placed, d_grid, decay, n, n_tokens)
+        d_arrays = backprop_placed(d_placed)
+        if d_alpha is not None:
+            d_arrays[CHAR_ALPHA_GRAD] = d_alpha
+        return d_arrays
 
     return hidden, backprop
 
@@ -136,6 +143,16 @@ def _no_backprop(d_hidden):
 
 def _char_decay(codes: Codes, n: int, begin: int, end: int):
     return fofe.char_decay(*codes.char_bounds, n, codes.char_alpha, begin, end)
+
+
+def _char_decay_alpha_grad(codes: Codes, placed, d_grid: Floats3d, decay, n: int, n_tokens: int):
+    """dL/dalpha of the fragments' decay term -alpha**L * (start + end rows): d(alpha**L)/dalpha
+    is L * alpha**L / alpha."""
+    raw = fofe.grid_at_start(placed["start_decayed"], n, 0, n_tokens)
+    raw += fofe.grid_at_end(placed["end_decayed"], n, 0, n_tokens)
+    n_chars = fofe.fragment_char_lengths(*codes.char_bounds, n, 0, n_tokens)
+    d_decay = (d_grid * raw).sum(axis=2)
+    return -(d_decay * decay * n_chars).sum(keepdims=True).reshape((1,)) / codes.char_alpha
 
 
 def _grid(placed: Dict[str, Floats2d], codes: Codes, n: int, begin: int, end: int) -> Floats3d:

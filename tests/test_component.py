@@ -394,3 +394,47 @@ def test_trains_with_word_dropout_and_saves_the_words_it_knows(tmp_path):
     assert [predicted(reloaded(t)) for t in texts] == [predicted(nlp(t)) for t in texts]
     layer = next(node for node in reloaded.get_pipe("fofe_ner").model.walk() if node.name == "word_dropout")
     assert nlp.vocab.strings["toronto"] in layer.attrs["known"] and nlp.vocab.strings["zed"] not in layer.attrs["known"]
+
+
+def test_learned_forgetting_factors_train_save_and_bound_the_windows(tmp_path, monkeypatch):
+    from spacy_fofe import component
+    from spacy_fofe.position_codes import forgetting_factor
+
+    spacy.util.fix_random_seed(0)
+    nlp = spacy.blank("en")
+    model = {**SMALL_MODEL, "learn_word_alpha": True, "learn_char_alpha": True}
+    ner = nlp.add_pipe("fofe_ner", config={"model": model, "overlap_rate": 1.0, "disjoint_rate": 1.0})
+    train(nlp, make_examples(nlp, NESTED), steps=150)
+    for text, spans in NESTED:
+        assert predicted(nlp(text)) == sorted(spans), text
+    layers = [ner.model.get_ref("word_codes"), ner.model.get_ref("char_codes")]
+    alphas = [forgetting_factor(layer) for layer in layers]
+    assert abs(alphas[0] - 0.5) > 1e-3 and abs(alphas[1] - 0.8) > 1e-3  # both were trained
+    nlp.to_disk(tmp_path / "pipeline")
+    loaded = spacy.load(tmp_path / "pipeline").get_pipe("fofe_ner")
+    assert [forgetting_factor(loaded.model.get_ref(n)) for n in ("word_codes", "char_codes")] == alphas
+    # A larger factor reads further: the windows of a long doc widen with it and still give
+    # the scores of the whole doc.
+    layers[0].get_param("alpha_logit")[0] = 2.5  # alpha 0.92
+    doc = nlp.make_doc(" ".join(text for text, _ in NESTED * 40))
+    _, whole = ner.predict([doc])
+    monkeypatch.setattr(component, "WINDOW_TOKENS", 300)
+    assert ner._window_margin() > 200
+    numpy.testing.assert_allclose(ner.predict([doc])[1], whole, atol=1e-5)
+
+
+def test_windows_of_a_long_doc_keep_its_sentence_starts(monkeypatch):
+    from spacy_fofe import component
+
+    spacy.util.fix_random_seed(0)
+    nlp = spacy.blank("en")
+    ner = nlp.add_pipe("fofe_ner", config={"model": {**SMALL_MODEL, "stop_at_sentences": True}})
+    train(nlp, make_examples(nlp, NESTED), steps=20)
+    words = [t.text for text, _ in NESTED * 40 for t in nlp.make_doc(text)]
+    doc = Doc(nlp.vocab, words=words, sent_starts=[i == 0 or words[i - 1] == "." for i in range(len(words))])
+    _, whole = ner.predict([doc])
+    monkeypatch.setattr(component, "WINDOW_TOKENS", 300)
+    numpy.testing.assert_allclose(ner.predict([doc])[1], whole, atol=1e-5)
+    # The same words without sentence starts score differently: the starts did reach the windows.
+    plain = Doc(nlp.vocab, words=words)
+    assert numpy.abs(ner.predict([plain])[1] - whole).max() > 1e-4

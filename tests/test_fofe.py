@@ -156,3 +156,38 @@ def test_a_prefix_code_reads_scan_reach_rows_back_and_no_further(alpha):
     moved = fofe.prefix_fofe(changed, numpy.asarray([len(x)]), alpha)
     assert not (moved[2 * reach - 1] == whole[2 * reach - 1]).all()
     assert (moved[2 * reach:] == whole[2 * reach:]).all()
+
+
+def naive_alpha_derivative(seq, alpha):
+    """d z_t / d alpha of the naive recurrence, term by term: sum_k k alpha^(k-1) x_{t-k}."""
+    return numpy.asarray([sum(k * alpha ** (k - 1) * seq[t - k] for k in range(1, t + 1)) if t else seq[0] * 0
+                          for t in range(len(seq))]).reshape(seq.shape)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("alpha", [0.3, 0.7, 0.95])
+def test_alpha_gradient_of_prefix_codes_matches_the_recurrence(x, alpha, reverse):
+    codes = fofe.prefix_fofe(x, LENGTHS, alpha, reverse)
+    grad = fofe.prefix_fofe_alpha_grad(codes, LENGTHS, alpha, reverse)
+    for seq, seq_grad in zip(split(x.astype("float64"), LENGTHS), split(grad, LENGTHS)):
+        if reverse:
+            expected = naive_alpha_derivative(seq[::-1], alpha)[::-1]
+        else:
+            expected = naive_alpha_derivative(seq, alpha)
+        numpy.testing.assert_allclose(seq_grad, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_alpha_gradient_of_char_codes_matches_finite_differences():
+    rng = numpy.random.default_rng(4)
+    char_lengths = numpy.asarray([8, 2])
+    starts, ends = numpy.asarray([0, 3, 7, 8]), numpy.asarray([2, 6, 8, 10])
+    chars = rng.normal(size=(10, 3)).astype("float64")
+    grads = tuple(rng.normal(size=(4, 3)) for _ in range(4))
+
+    def loss(alpha):
+        codes = fofe.char_boundary_codes(chars, char_lengths, starts, ends, alpha)
+        return sum(float((c * g).sum()) for c, g in zip(codes, grads))
+
+    analytic = fofe.char_boundary_codes_alpha_grad(grads, chars, char_lengths, starts, ends, 0.8)
+    numeric = (loss(0.8 + 1e-6) - loss(0.8 - 1e-6)) / 2e-6
+    assert abs(numeric) > 1e-2 and analytic == pytest.approx(numeric, rel=1e-5)
