@@ -31,6 +31,10 @@ PER_USE = {
     "training.patience": "corpus size",
     "training.eval_frequency": "corpus size",
     "training.batcher.size.stop": "the demo corpus is tiny",
+    "nlp.pipeline": "the transformer config runs the transformer before fofe_ner",
+    "nlp.batch_size": "a transformer's batches are bound by memory",
+    "training.optimizer.use_averages": "a fine-tuned transformer is not averaged, as in spaCy's transformer configs",
+    "training.optimizer.learn_rate": "a fine-tuned transformer warms up to a small rate",
 }
 
 
@@ -55,8 +59,14 @@ def test_shipped_configs_agree_on_every_shared_setting():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
-def test_config_builds_initializes_and_overfits_a_few_docs(path):
-    nlp = load_model_from_config(spacy.util.load_config(path), auto_fill=True, validate=True)
+def test_config_builds_initializes_and_overfits_a_few_docs(path, tmp_path):
+    overrides = {}
+    if "transformer" in path.name:
+        pytest.importorskip("spacy_transformers")
+        minilm = pytest.importorskip("all_minilm_l6_v2", reason="the offline MiniLM package")
+        overrides["paths.transformer"] = str(minilm.extract_model(str(tmp_path)))
+        overrides["training.optimizer.learn_rate.warmup_steps"] = 10  # 150 updates are fewer than its warm-up
+    nlp = load_model_from_config(spacy.util.load_config(path, overrides=overrides), auto_fill=True, validate=True)
     if "vectors" in path.name:
         # What --paths.vectors would load: a few rows keyed by the lower-case form.
         nlp.vocab.reset_vectors(width=8)
@@ -67,6 +77,9 @@ def test_config_builds_initializes_and_overfits_a_few_docs(path):
     spacy.util.fix_random_seed(0)
     examples = make_examples(nlp, data, key=cfg["spans_key"])
     optimizer = nlp.initialize(lambda: examples)
-    losses = [nlp.update(examples, sgd=optimizer, losses={})["fofe_ner"] for _ in range(150)]
+    losses = []
+    for _ in range(150):
+        losses.append(nlp.update(examples, sgd=optimizer, losses={})["fofe_ner"])
+        optimizer.step_schedules()  # as spacy train does after each update
     assert losses[-1] < losses[0] / 2, losses
     assert [predicted(nlp(text), cfg["spans_key"]) for text, _ in data] == [sorted(spans) for _, spans in data]
