@@ -30,15 +30,49 @@ def test_demo_workflow_runs_end_to_end(tmp_path):
     assert (tmp_path / "project" / "training" / "demo" / "model-tuned" / "fofe_ner" / "cfg").exists()
 
 
-def load_benchmark_script():
-    """project/scripts is not a package: load benchmark.py by path (with its folder importable, as a script has)."""
+def load_benchmark_script(name="benchmark"):
+    """project/scripts is not a package: load a script by path (with its folder importable, as a script has)."""
     scripts = str(ROOT / "project" / "scripts")
     if scripts not in sys.path:
         sys.path.append(scripts)
-    spec = importlib.util.spec_from_file_location("benchmark", ROOT / "project" / "scripts" / "benchmark.py")
-    benchmark = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(benchmark)
-    return benchmark
+    spec = importlib.util.spec_from_file_location(name, ROOT / "project" / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_ablation_variants_change_only_what_they_name():
+    ablation = load_benchmark_script("ablation")
+    base = ROOT / "configs" / "conll.cfg"
+    full = ablation.variant_config(base, "full")
+    model = full["components"]["fofe_ner"]["model"]
+    for group in ablation.GROUPS:
+        changed = ablation.variant_config(base, f"-{group}")["components"]["fofe_ner"]["model"]
+        assert changed[group] is False and model[group] is True
+        assert {k: v for k, v in changed.items() if k != group} == {k: v for k, v in model.items() if k != group}
+    plain = ablation.variant_config(base, "-lexeme_tables")["components"]["fofe_ner"]["model"]["tok2vec"]
+    assert plain == model["tok2vec"]["embed"]
+    learned = ablation.variant_config(base, "+learned_alphas")["components"]["fofe_ner"]["model"]
+    assert learned["learn_word_alpha"] is True and learned["learn_char_alpha"] is True
+    assert ablation.variant_config(ROOT / "configs" / "demo.cfg", "-lexeme_tables") is None  # demo has no tables
+
+
+@pytest.mark.slow
+def test_ablation_trains_evaluates_and_writes_its_section(tmp_path):
+    corpus = tmp_path / "corpus"
+    for split in ("train", "dev", "test"):
+        subprocess.run([sys.executable, "-m", "spacy", "fofe", "convert", ROOT / "project" / "demo" / f"{split}.jsonl",
+                        corpus / f"{split}.spacy", "--format", "jsonl"], check=True, capture_output=True)
+    results = tmp_path / "RESULTS.md"
+    subprocess.run([sys.executable, ROOT / "project" / "scripts" / "ablation.py", corpus, tmp_path / "out",
+                    "--config", ROOT / "configs" / "demo.cfg", "--variants", "full,-char_fofe,-lexeme_tables",
+                    "--max-steps", "40", "--results", results], check=True, capture_output=True)
+    rows = json.loads((tmp_path / "out" / "ablation.json").read_text())
+    assert [row["variant"] for row in rows] == ["full", "-char_fofe"]  # demo.cfg has no lexeme tables
+    assert all(0.0 <= row[split] <= 100.0 for row in rows for split in ("dev", "test"))
+    config = (tmp_path / "out" / "-char_fofe" / "config.cfg").read_text()
+    assert "char_fofe = false" in config
+    assert "## Ablation on corpus" in results.read_text() and "| -char_fofe |" in results.read_text()
 
 
 def germeval_cnn_args():

@@ -1,0 +1,126 @@
+"""Ablation: fofe_ner with each feature group switched off and each addition switched on, one
+config, the same steps and seed; dev and test span F1 of each run's model-best (untuned, so the
+rows differ only in the model). Writes OUT/ablation.json, OUT/ablation.md and the corpus's
+"Ablation" section of project/RESULTS.md. A variant whose OUT/<name>/model-best exists is not
+trained again, so an interrupted run resumes.
+
+    python scripts/ablation.py corpus/conll metrics/ablation-conll --config ../configs/conll.cfg \
+        --docs-corpus corpus/conll-docs --raw-text corpus/conll/raw.jsonl
+
+Variants: `full` (the config as it is); `-left_context`, `-right_context`, `-bag_of_words`,
+`-char_fofe` (one feature group off); `-lexeme_tables` (the config's LexemeTablesEmbed removed,
+its inner embedding kept); `+learned_alphas` (learn_word_alpha and learn_char_alpha);
+`+documents` (trained and evaluated on --docs-corpus, a doc per document, `fofe convert --docs`);
+`+pretraining` (`spacy pretrain` on --raw-text first, then --paths.init_tok2vec).
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from results import RESULTS, write_section
+from spacy.util import load_config
+
+GROUPS = ("left_context", "right_context", "bag_of_words", "char_fofe")
+VARIANTS = ("full", *(f"-{g}" for g in GROUPS), "-lexeme_tables", "+learned_alphas", "+documents", "+pretraining")
+LEXEME_EMBED = "spacy_fofe.LexemeTablesEmbed.v1"
+
+
+def variant_config(base: Path, name: str):
+    """The base config changed as the variant says (None when the variant does not apply)."""
+    config = load_config(base)
+    model = config["components"]["fofe_ner"]["model"]
+    if name.startswith("-") and name[1:] in GROUPS:
+        model[name[1:]] = False
+    elif name == "-lexeme_tables":
+        if model["tok2vec"].get("@architectures") != LEXEME_EMBED:
+            return None
+        model["tok2vec"] = model["tok2vec"]["embed"]
+    elif name == "+learned_alphas":
+        model["learn_word_alpha"] = model["learn_char_alpha"] = True
+    return config
+
+
+def run(command) -> None:
+    print("$", " ".join(map(str, command)), flush=True)
+    subprocess.run([str(c) for c in command], check=True)
+
+
+def train_variant(args, name: str) -> Path:
+    out = Path(args.out) / name
+    if (out / "model-best").exists():
+        return out / "model-best"
+    config = variant_config(Path(args.config), name)
+    out.mkdir(parents=True, exist_ok=True)
+    config.to_disk(out / "config.cfg")
+    corpus = Path(args.docs_corpus if name == "+documents" else args.corpus)
+    command = [sys.executable, "-m", "spacy", "train", out / "config.cfg", "--output", out,
+               "--paths.train", corpus / "train.spacy", "--paths.dev", corpus / "dev.spacy",
+               "--training.max_steps", args.max_steps, "--system.seed", args.seed]
+    if name == "+pretraining":
+        run([sys.executable, "-m", "spacy", "pretrain", out / "config.cfg", out / "pretrain",
+             "--paths.raw_text", args.raw_text, "--pretraining.max_epochs", args.pretrain_epochs])
+        command += ["--paths.init_tok2vec", out / "pretrain" / f"model{args.pretrain_epochs - 1}.bin"]
+    run(command)
+    return out / "model-best"
+
+
+def evaluate(args, name: str, model: Path) -> dict:
+    corpus = Path(args.docs_corpus if name == "+documents" else args.corpus)
+    scores = {}
+    for split in ("dev", "test"):
+        result = Path(args.out) / name / f"{split}.json"
+        if not result.exists():
+            run([sys.executable, "-m", "spacy", "fofe", "evaluate", model, corpus / f"{split}.spacy",
+                 "--output", result])
+        scores[split] = round(100 * json.loads(result.read_text())["spans_sc_f"], 2)
+    return scores
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("corpus", help="folder with train.spacy, dev.spacy, test.spacy")
+    parser.add_argument("out")
+    parser.add_argument("--config", required=True, help="fofe_ner's config, the `full` row")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"any of {', '.join(VARIANTS)}")
+    parser.add_argument("--max-steps", type=int, default=3000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--docs-corpus", default=None, help="the corpus as a doc per document (+documents)")
+    parser.add_argument("--raw-text", default=None, help="JSON lines of raw text (+pretraining)")
+    parser.add_argument("--pretrain-epochs", type=int, default=10)
+    parser.add_argument("--results", default=str(RESULTS), help="the results file whose section this rewrites")
+    args = parser.parse_args()
+    names = args.variants.split(",")
+    unknown = set(names) - set(VARIANTS)
+    if unknown:
+        parser.error(f"unknown variants {sorted(unknown)}; choose from {', '.join(VARIANTS)}")
+    for name, needs in (("+documents", args.docs_corpus), ("+pretraining", args.raw_text)):
+        if name in names and not needs:
+            parser.error(f"{name} needs {'--docs-corpus' if name == '+documents' else '--raw-text'}")
+    rows = []
+    for name in names:
+        if variant_config(Path(args.config), name) is None:
+            print(f"== {name}: does not apply to {args.config}; skipped")
+            continue
+        print(f"== {name}", flush=True)
+        rows.append({"variant": name, **evaluate(args, name, train_variant(args, name))})
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "ablation.json").write_text(json.dumps(rows, indent=2))
+    full = next((row for row in rows if row["variant"] == "full"), None)
+    lines = ["| variant | dev F1 | test F1 | test vs full |", "|---|---|---|---|"]
+    for row in rows:
+        delta = f"{row['test'] - full['test']:+.2f}" if full and row is not full else ""
+        lines.append(f"| {row['variant']} | {row['dev']:.2f} | {row['test']:.2f} | {delta} |")
+    table = "\n".join(lines) + "\n"
+    (out / "ablation.md").write_text(table)
+    body = (f"Span F1 under `sc` of each variant's model-best (untuned), {args.max_steps} steps, seed {args.seed}; "
+            "`-x`: feature group or resource x off, `+x`: addition x on (see scripts/ablation.py).\n\n" + table)
+    write_section(f"Ablation on {Path(args.corpus).name}", body, configs=[args.config], path=Path(args.results))
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
