@@ -23,9 +23,10 @@ from thinc.api import Config, Model, set_dropout_rate
 from thinc.types import Floats2d
 
 from .decoding import Candidate, Level, decode, levels_from
-from .fragments import enumerate_fragments, fragment_targets, sample_fragments
+from .fragments import enumerate_fragments, fragment_targets, sample_fragments, within_sentences
 from .gold import GoldStats, aligned_gold, gold_spans
 from .model import context_tokens, is_v1_layout, read_v1_weights
+from .position_codes import sentence_start_flags
 from .settings import NAMES as SETTING_NAMES
 from .settings import Cfg, Settings
 
@@ -150,7 +151,7 @@ class FOFENER(TrainablePipe):
         """
         self._require_initialized()
         docs = list(docs)
-        fragments = enumerate_fragments([len(doc) for doc in docs], self.cfg["max_length"])
+        fragments = self._fragments(docs)
         if len(fragments) == 0:
             return fragments, numpy.zeros((0, len(self.labels) + 1), dtype="float32")
         margin = self._window_margin()
@@ -177,6 +178,16 @@ class FOFENER(TrainablePipe):
                 window = _window_doc(doc, first, last, token_attrs)
                 scores[lo:hi] = self.model.ops.to_numpy(self.model.predict(([window], local)))
         return fragments, scores
+
+    def _fragments(self, docs: List[Doc]) -> numpy.ndarray:
+        """Every fragment of up to max_length tokens; when the model's codes stop at sentence
+        starts, none that crosses one (an entity does not run across sentences)."""
+        lengths = [len(doc) for doc in docs]
+        fragments = enumerate_fragments(lengths, self.cfg["max_length"])
+        if not self.model.attrs.get("stop_at_sentences"):
+            return fragments
+        flags = [sentence_start_flags(doc) for doc in docs]
+        return within_sentences(fragments, lengths, numpy.concatenate(flags) if flags else numpy.zeros(0, bool))
 
     def _window_margin(self) -> Optional[int]:
         """Tokens of context each side of a window, or None when docs must be scored whole."""
@@ -303,7 +314,7 @@ class FOFENER(TrainablePipe):
         validate_examples(examples, "FOFENER.update")
         self._require_initialized()
         docs = [eg.predicted for eg in examples]
-        fragments = enumerate_fragments([len(doc) for doc in docs], self.cfg["max_length"])
+        fragments = self._fragments(docs)
         labels, kinds = self._targets(examples, fragments)
         keep = sample_fragments(kinds, self.cfg["overlap_rate"], self.cfg["disjoint_rate"], self._rng)
         if len(keep) == 0:

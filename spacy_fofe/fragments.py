@@ -26,6 +26,18 @@ def enumerate_fragments(lengths: Sequence[int], max_length: int) -> numpy.ndarra
     return numpy.stack([rows, numpy.broadcast_to(starts[:, None], ends.shape)[valid], ends[valid]], axis=1)
 
 
+def within_sentences(fragments: numpy.ndarray, lengths: Sequence[int], sent_starts: numpy.ndarray) -> numpy.ndarray:
+    """The fragments that contain no sentence start but their first token. `sent_starts` has a
+    flag per token of all docs, doc after doc (True where a token starts a sentence)."""
+    if len(fragments) == 0:
+        return fragments
+    offsets = numpy.cumsum(lengths) - numpy.asarray(lengths)
+    flat_start = offsets[fragments[:, 0]] + fragments[:, 1]
+    flat_end = offsets[fragments[:, 0]] + fragments[:, 2]
+    starts_before = numpy.concatenate([[0], numpy.cumsum(numpy.asarray(sent_starts, dtype="int64"))])
+    return fragments[starts_before[flat_end] - starts_before[flat_start + 1] == 0]
+
+
 def fragment_targets(
     fragments: numpy.ndarray, gold: List[List[Tuple[int, int, int]]], ignored: List[List[Tuple[int, int]]] = None
 ) -> Tuple[numpy.ndarray, numpy.ndarray]:

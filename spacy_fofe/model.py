@@ -83,7 +83,7 @@ def build_fofe_ner_model(
         refs={"codes": codes, "tok2vec": tok2vec, "projection": projection, "word_codes": word_codes,
               "char_codes": char_codes, "scorer": scorer, "output": output},
         dims={"nO": nO},
-        attrs={"chunk_cells": CHUNK_CELLS, "groups": groups},
+        attrs={"chunk_cells": CHUNK_CELLS, "groups": groups, "stop_at_sentences": stop_at_sentences},
     )
 
 

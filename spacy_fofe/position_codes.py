@@ -227,6 +227,13 @@ def sentence_starts(doc: Doc) -> numpy.ndarray:
     return numpy.union1d([0], marked).astype("int64")
 
 
+def sentence_start_flags(doc: Doc) -> numpy.ndarray:
+    """A flag per token: whether it starts a sentence (`sentence_starts`)."""
+    flags = numpy.zeros(len(doc), dtype=bool)
+    flags[sentence_starts(doc)] = True
+    return flags
+
+
 def sentence_lengths(doc: Doc) -> numpy.ndarray:
     """Tokens per sentence of a doc (one sentence when it has no sentence starts; none when empty)."""
     return numpy.diff(numpy.append(sentence_starts(doc), len(doc)))

@@ -432,9 +432,32 @@ def test_windows_of_a_long_doc_keep_its_sentence_starts(monkeypatch):
     train(nlp, make_examples(nlp, NESTED), steps=20)
     words = [t.text for text, _ in NESTED * 40 for t in nlp.make_doc(text)]
     doc = Doc(nlp.vocab, words=words, sent_starts=[i == 0 or words[i - 1] == "." for i in range(len(words))])
-    _, whole = ner.predict([doc])
+    fragments, whole = ner.predict([doc])
     monkeypatch.setattr(component, "WINDOW_TOKENS", 300)
     numpy.testing.assert_allclose(ner.predict([doc])[1], whole, atol=1e-5)
     # The same words without sentence starts score differently: the starts did reach the windows.
-    plain = Doc(nlp.vocab, words=words)
-    assert numpy.abs(ner.predict([plain])[1] - whole).max() > 1e-4
+    plain_fragments, plain = ner.predict([Doc(nlp.vocab, words=words)])
+    rows = {tuple(f): i for i, f in enumerate(plain_fragments.tolist())}
+    shared = plain[[rows[tuple(f)] for f in fragments.tolist()]]
+    assert len(plain_fragments) > len(fragments) and numpy.abs(shared - whole).max() > 1e-4
+
+
+def test_stop_at_sentences_annotates_a_document_as_its_sentences_alone():
+    spacy.util.fix_random_seed(0)
+    nlp = spacy.blank("en")
+    config = {"model": {**SMALL_MODEL, "stop_at_sentences": True}, "overlap_rate": 1.0, "disjoint_rate": 1.0}
+    nlp.add_pipe("fofe_ner", config=config)
+    train(nlp, make_examples(nlp, NESTED), steps=150)
+    sentences = [nlp.make_doc(text) for text, _ in NESTED]
+    words = [t.text for doc in sentences for t in doc]
+    starts = [i == 0 for doc in sentences for i in range(len(doc))]
+    document = nlp(Doc(nlp.vocab, words=words, sent_starts=starts))
+    expected, offset = [], 0
+    for doc in sentences:
+        expected += [(s + offset, e + offset, label) for s, e, label in predicted(nlp(doc))]
+        offset += len(doc)
+    assert predicted(document) == sorted(expected) and expected
+    # No candidate runs across a sentence start, whatever its score.
+    fragments, _ = nlp.get_pipe("fofe_ner").predict([document])
+    boundaries = numpy.flatnonzero(starts)
+    assert not any(((s < boundaries) & (boundaries < e)).any() for _, s, e in fragments)

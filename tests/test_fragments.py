@@ -10,6 +10,7 @@ from spacy_fofe.fragments import (
     enumerate_fragments,
     fragment_targets,
     sample_fragments,
+    within_sentences,
 )
 
 
@@ -51,3 +52,14 @@ def test_sampling_keeps_all_gold_and_none_at_the_given_rates():
     assert abs((kept_kinds == OVERLAP).sum() / 20000 - 0.36) < 0.02
     assert abs((kept_kinds == DISJOINT).sum() / 20000 - 0.09) < 0.01
     assert (kept_kinds == IGNORED).sum() == 0
+
+
+def test_within_sentences_drops_exactly_the_fragments_that_cross_a_sentence_start():
+    lengths = [5, 3]
+    # doc 0: sentences [0, 2) and [2, 5); doc 1: no marked start but its first token
+    flags = numpy.asarray([1, 0, 1, 0, 0, 1, 0, 0], dtype=bool)
+    fragments = enumerate_fragments(lengths, 3)
+    kept = within_sentences(fragments, lengths, flags)
+    expected = [f for f in fragments.tolist() if not (f[0] == 0 and f[1] < 2 < f[2])]
+    assert kept.tolist() == expected
+    assert within_sentences(fragments[:0], lengths, flags).shape == (0, 3)
