@@ -57,6 +57,21 @@ def test_ablation_variants_change_only_what_they_name():
     assert ablation.variant_config(ROOT / "configs" / "demo.cfg", "-lexeme_tables") is None  # demo has no tables
 
 
+def test_ablation_trains_both_forms_from_one_folder_each(tmp_path):
+    ablation = load_benchmark_script("ablation")
+    for form in ("sentences", "documents"):
+        (tmp_path / form).mkdir()
+        for split in ("train", "dev"):
+            (tmp_path / form / f"{split}.spacy").write_bytes(b"")
+    args = argparse.Namespace(corpus=str(tmp_path / "sentences"), docs_corpus=str(tmp_path / "documents"))
+    train, dev = ablation.training_paths(args, "+both_forms", tmp_path / "out")
+    assert sorted(p.resolve() for p in train.iterdir()) == sorted(
+        (tmp_path / form / "train.spacy").resolve() for form in ("sentences", "documents"))
+    assert len(list(dev.iterdir())) == 2
+    assert ablation.training_paths(args, "+documents", tmp_path / "out") == (
+        tmp_path / "documents" / "train.spacy", tmp_path / "documents" / "dev.spacy")
+
+
 @pytest.mark.slow
 def test_ablation_trains_evaluates_and_writes_its_section(tmp_path):
     corpus = tmp_path / "corpus"

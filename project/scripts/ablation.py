@@ -10,8 +10,10 @@ trained again, so an interrupted run resumes.
 Variants: `full` (the config as it is); `-left_context`, `-right_context`, `-bag_of_words`,
 `-char_fofe` (one feature group off); `-lexeme_tables` (the config's LexemeTablesEmbed removed,
 its inner embedding kept); `+learned_alphas` (learn_word_alpha and learn_char_alpha);
-`+documents` (trained and evaluated on --docs-corpus, a doc per document, `fofe convert --docs`);
-`+pretraining` (`spacy pretrain` on --raw-text first, then --paths.init_tok2vec).
+`+documents` (trained on --docs-corpus, a doc per document, `fofe convert --docs`); `+both_forms`
+(trained on the sentence docs and the documents together); `+pretraining` (`spacy pretrain` on
+--raw-text first, then --paths.init_tok2vec). With --docs-corpus every variant is also tested on
+the documents, as a user's whole documents reach it.
 """
 
 import argparse
@@ -24,7 +26,9 @@ from results import RESULTS, write_section
 from spacy.util import load_config
 
 GROUPS = ("left_context", "right_context", "bag_of_words", "char_fofe")
-VARIANTS = ("full", *(f"-{g}" for g in GROUPS), "-lexeme_tables", "+learned_alphas", "+documents", "+pretraining")
+VARIANTS = ("full", *(f"-{g}" for g in GROUPS), "-lexeme_tables", "+learned_alphas", "+documents", "+both_forms",
+            "+pretraining")
+NEEDS_DOCS = ("+documents", "+both_forms")
 LEXEME_EMBED = "spacy_fofe.LexemeTablesEmbed.v1"
 
 
@@ -48,6 +52,23 @@ def run(command) -> None:
     subprocess.run([str(c) for c in command], check=True)
 
 
+def training_paths(args, name: str, out: Path):
+    """The train and dev paths of a variant: the corpus's files, or a folder with both forms."""
+    if name == "+both_forms":
+        paths = []
+        for split in ("train", "dev"):
+            folder = out / "both_forms" / split
+            folder.mkdir(parents=True, exist_ok=True)
+            for form, corpus in (("sentences", args.corpus), ("documents", args.docs_corpus)):
+                link = folder / f"{form}.spacy"
+                if not link.exists():
+                    link.symlink_to((Path(corpus) / f"{split}.spacy").resolve())
+            paths.append(folder)
+        return paths
+    corpus = Path(args.docs_corpus if name == "+documents" else args.corpus)
+    return corpus / "train.spacy", corpus / "dev.spacy"
+
+
 def train_variant(args, name: str) -> Path:
     out = Path(args.out) / name
     if (out / "model-best").exists():
@@ -55,9 +76,9 @@ def train_variant(args, name: str) -> Path:
     config = variant_config(Path(args.config), name)
     out.mkdir(parents=True, exist_ok=True)
     config.to_disk(out / "config.cfg")
-    corpus = Path(args.docs_corpus if name == "+documents" else args.corpus)
+    train, dev = training_paths(args, name, out)
     command = [sys.executable, "-m", "spacy", "train", out / "config.cfg", "--output", out,
-               "--paths.train", corpus / "train.spacy", "--paths.dev", corpus / "dev.spacy",
+               "--paths.train", train, "--paths.dev", dev,
                "--training.max_steps", args.max_steps, "--system.seed", args.seed]
     if name == "+pretraining":
         run([sys.executable, "-m", "spacy", "pretrain", out / "config.cfg", out / "pretrain",
@@ -68,14 +89,19 @@ def train_variant(args, name: str) -> Path:
 
 
 def evaluate(args, name: str, model: Path) -> dict:
-    corpus = Path(args.docs_corpus if name == "+documents" else args.corpus)
+    """dev and test span F1 on the sentence corpus (dev on the documents for +documents), and
+    test on the documents when there are documents."""
+    cases = {"dev": (args.docs_corpus if name == "+documents" else args.corpus, "dev"),
+             "test": (args.corpus, "test")}
+    if args.docs_corpus:
+        cases["test_documents"] = (args.docs_corpus, "test")
     scores = {}
-    for split in ("dev", "test"):
-        result = Path(args.out) / name / f"{split}.json"
+    for key, (corpus, split) in cases.items():
+        result = Path(args.out) / name / f"{key}.json"
         if not result.exists():
-            run([sys.executable, "-m", "spacy", "fofe", "evaluate", model, corpus / f"{split}.spacy",
+            run([sys.executable, "-m", "spacy", "fofe", "evaluate", model, Path(corpus) / f"{split}.spacy",
                  "--output", result])
-        scores[split] = round(100 * json.loads(result.read_text())["spans_sc_f"], 2)
+        scores[key] = round(100 * json.loads(result.read_text())["spans_sc_f"], 2)
     return scores
 
 
@@ -96,9 +122,11 @@ def main() -> None:
     unknown = set(names) - set(VARIANTS)
     if unknown:
         parser.error(f"unknown variants {sorted(unknown)}; choose from {', '.join(VARIANTS)}")
-    for name, needs in (("+documents", args.docs_corpus), ("+pretraining", args.raw_text)):
-        if name in names and not needs:
-            parser.error(f"{name} needs {'--docs-corpus' if name == '+documents' else '--raw-text'}")
+    for name in names:
+        if name in NEEDS_DOCS and not args.docs_corpus:
+            parser.error(f"{name} needs --docs-corpus")
+        if name == "+pretraining" and not args.raw_text:
+            parser.error("+pretraining needs --raw-text")
     rows = []
     for name in names:
         if variant_config(Path(args.config), name) is None:
@@ -110,14 +138,21 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "ablation.json").write_text(json.dumps(rows, indent=2))
     full = next((row for row in rows if row["variant"] == "full"), None)
-    lines = ["| variant | dev F1 | test F1 | test vs full |", "|---|---|---|---|"]
+    documents = bool(args.docs_corpus)
+    lines = ["| variant | dev F1 | test F1 | test vs full |" + (" test F1, documents |" if documents else ""),
+             "|---|---|---|---|" + ("---|" if documents else "")]
     for row in rows:
         delta = f"{row['test'] - full['test']:+.2f}" if full and row is not full else ""
-        lines.append(f"| {row['variant']} | {row['dev']:.2f} | {row['test']:.2f} | {delta} |")
+        cells = [row["variant"], f"{row['dev']:.2f}", f"{row['test']:.2f}", delta]
+        if documents:
+            cells.append(f"{row['test_documents']:.2f}")
+        lines.append("| " + " | ".join(cells) + " |")
     table = "\n".join(lines) + "\n"
     (out / "ablation.md").write_text(table)
     body = (f"Span F1 under `sc` of each variant's model-best (untuned), {args.max_steps} steps, seed {args.seed}; "
-            "`-x`: feature group or resource x off, `+x`: addition x on (see scripts/ablation.py).\n\n" + table)
+            "`-x`: feature group or resource x off, `+x`: addition x on (see scripts/ablation.py); dev of "
+            "+documents is the documents' dev; test on the sentence docs, and on the same text as whole "
+            "documents where given.\n\n" + table)
     write_section(f"Ablation on {Path(args.corpus).name}", body, configs=[args.config], path=Path(args.results))
     print(table)
 
