@@ -149,7 +149,10 @@ def main() -> None:
         lines.append("| " + " | ".join(cells) + " |")
     table = "\n".join(lines) + "\n"
     (out / "ablation.md").write_text(table)
-    body = (f"Span F1 under `sc` of each variant's model-best (untuned), {args.max_steps} steps, seed {args.seed}; "
+    model = load_config(Path(args.config))["components"]["fofe_ner"]["model"]
+    body = (f"Base config `{args.config}` (hidden_width {model['hidden_width']}, token vectors "
+            f"{model['tok2vec'].get('width', '?')} wide). "
+            f"Span F1 under `sc` of each variant's model-best (untuned), {args.max_steps} steps, seed {args.seed}; "
             "`-x`: feature group or resource x off, `+x`: addition x on (see scripts/ablation.py); dev of "
             "+documents is the documents' dev; test on the sentence docs, and on the same text as whole "
             "documents where given.\n\n" + table)
