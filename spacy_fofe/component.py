@@ -25,7 +25,7 @@ from thinc.types import Floats2d
 from .decoding import Candidate, Level, decode, levels_from
 from .fragments import enumerate_fragments, fragment_targets, sample_fragments, within_sentences
 from .gold import GoldStats, aligned_gold, gold_spans
-from .model import context_tokens, is_v1_layout, read_v1_weights
+from .model import context_tokens, is_v1_layout, read_v1_weights, stops_at_sentences
 from .position_codes import sentence_start_flags
 from .settings import NAMES as SETTING_NAMES
 from .settings import Cfg, Settings
@@ -184,7 +184,7 @@ class FOFENER(TrainablePipe):
         starts, none that crosses one (an entity does not run across sentences)."""
         lengths = [len(doc) for doc in docs]
         fragments = enumerate_fragments(lengths, self.cfg["max_length"])
-        if not self.model.attrs.get("stop_at_sentences"):
+        if not stops_at_sentences(self.model):
             return fragments
         flags = [sentence_start_flags(doc) for doc in docs]
         return within_sentences(fragments, lengths, numpy.concatenate(flags) if flags else numpy.zeros(0, bool))

@@ -83,7 +83,7 @@ def build_fofe_ner_model(
         refs={"codes": codes, "tok2vec": tok2vec, "projection": projection, "word_codes": word_codes,
               "char_codes": char_codes, "scorer": scorer, "output": output},
         dims={"nO": nO},
-        attrs={"chunk_cells": CHUNK_CELLS, "groups": groups, "stop_at_sentences": stop_at_sentences},
+        attrs={"chunk_cells": CHUNK_CELLS, "groups": groups},
     )
 
 
@@ -105,6 +105,11 @@ def _check_settings(groups: List[str], **settings) -> None:
     for setting in ("hidden_width", "depth", "char_width", "n_char_buckets"):
         if settings[setting] < 1:
             raise ValueError(f"{name}: {setting} must be >= 1, got {settings[setting]}")
+
+
+def stops_at_sentences(model: Model[InT, Floats2d]) -> bool:
+    """Whether the model's codes restart at sentence starts (its PositionCodes' setting)."""
+    return model.has_ref("codes") and bool(model.get_ref("codes").attrs.get("stop_at_sentences"))
 
 
 def context_tokens(model: Model[InT, Floats2d]) -> int:

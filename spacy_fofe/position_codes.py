@@ -287,18 +287,10 @@ def _position_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Co
 def _split_sentences(ops, tokvecs: List[Floats2d], sentences: List[numpy.ndarray]):
     """Each doc's token vectors cut into its sentences (in order), and the backprop that
     joins the sentences' gradients into each doc's again."""
-    pieces, counts = [], []
-    for vectors, lengths in zip(tokvecs, sentences):
-        cuts = numpy.cumsum(lengths)[:-1]
-        parts = [vectors[begin:end] for begin, end in zip(numpy.append([0], cuts), numpy.append(cuts, len(vectors)))]
-        pieces.extend(parts if len(vectors) else [])
-        counts.append(len(parts) if len(vectors) else 0)
+    doc_lengths = ops.asarray1i([len(vectors) for vectors in tokvecs])
+    pieces = ops.unflatten(ops.flatten(list(tokvecs)), ops.asarray1i(numpy.concatenate(sentences)))
 
     def backprop(d_pieces: List[Floats2d]) -> List[Floats2d]:
-        d_docs, at = [], 0
-        for vectors, count in zip(tokvecs, counts):
-            d_docs.append(ops.xp.concatenate(d_pieces[at: at + count]) if count else ops.alloc2f(*vectors.shape))
-            at += count
-        return d_docs
+        return ops.unflatten(ops.flatten(d_pieces), doc_lengths)
 
     return pieces, backprop
