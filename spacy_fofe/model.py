@@ -18,11 +18,12 @@ from thinc.api import Model, Relu, Softmax, chain
 from thinc.types import Floats2d, Ints2d
 
 from . import fofe
+from .char_cnn import CharCNNCodes
 from .position_codes import CharFOFECodes, PositionCodes, WordFOFECodes, forgetting_factor
 from .projection import FragmentProjection, blocks_of
 
 InT = Tuple[List[Doc], Ints2d]
-GROUPS = ("left_context", "right_context", "bag_of_words", "char_fofe")
+GROUPS = ("left_context", "right_context", "bag_of_words", "char_fofe", "char_cnn")
 # Tokens of context a tok2vec is assumed to read on each side (a CNN's depth x window_size).
 TOK2VEC_REACH = 64
 # Inference builds the (rows, n, hidden) grid of pre-activations about this many cells
@@ -47,6 +48,9 @@ def build_fofe_ner_model(
     stop_at_sentences: bool = False,
     learn_word_alpha: bool = False,
     learn_char_alpha: bool = False,
+    char_cnn: bool = False,
+    char_cnn_width: int = 32,
+    char_cnn_window: int = 1,
     nO: Optional[int] = None,
 ) -> Model[InT, Floats2d]:
     """Build the FOFE fragment scorer over any tok2vec.
@@ -58,10 +62,13 @@ def build_fofe_ner_model(
     char_width, n_char_buckets: character embeddings; a character's row is its Unicode
         code point modulo n_char_buckets (so any text works; rare collisions are shared rows).
     left_context, right_context, bag_of_words, char_fofe: switch feature groups (ablations).
+    char_cnn: add the max over the fragment's characters of a character convolution
+        (char_cnn_width filters over char_cnn_window characters each side, within tokens;
+        char_width-wide embeddings of its own).
     stop_at_sentences: restart the FOFE codes at each sentence start a doc has, instead of
         letting the context of a whole document reach across its sentences.
     """
-    switches = dict(zip(GROUPS, (left_context, right_context, bag_of_words, char_fofe)))
+    switches = dict(zip(GROUPS, (left_context, right_context, bag_of_words, char_fofe, char_cnn)))
     groups = [group for group in GROUPS if switches[group]]
     _check_settings(groups, hidden_width=hidden_width, depth=depth, dropout=dropout, word_alpha=word_alpha,
                     char_alpha=char_alpha, char_width=char_width, n_char_buckets=n_char_buckets)
@@ -69,9 +76,10 @@ def build_fofe_ner_model(
                                learn_alpha=learn_word_alpha)
     char_codes = CharFOFECodes(char_width, n_char_buckets, char_alpha, stop_at_sentences,
                                learn_alpha=learn_char_alpha) if char_fofe else None
-    codes = PositionCodes(tok2vec, word_codes, char_codes, stop_at_sentences)
+    cnn = CharCNNCodes(char_cnn_width, char_width, n_char_buckets, char_cnn_window) if char_cnn else None
+    codes = PositionCodes(tok2vec, word_codes, char_codes, stop_at_sentences, char_cnn=cnn)
     projection = FragmentProjection(blocks_of(groups), nO=hidden_width, nC=char_width if char_fofe else 0,
-                                    dropout=dropout)
+                                    dropout=dropout, nF=char_cnn_width if char_cnn else 0)
     hidden = [Relu(nO=hidden_width, nI=hidden_width, dropout=dropout) for _ in range(depth - 1)]
     output = Softmax(nO=nO, nI=hidden_width)
     scorer = chain(*hidden, output) if hidden else output
@@ -81,7 +89,7 @@ def build_fofe_ner_model(
         init=_init,
         layers=[codes, chain(projection, scorer)],
         refs={"codes": codes, "tok2vec": tok2vec, "projection": projection, "word_codes": word_codes,
-              "char_codes": char_codes, "scorer": scorer, "output": output},
+              "char_codes": char_codes, "char_cnn": cnn, "scorer": scorer, "output": output},
         dims={"nO": nO},
         attrs={"chunk_cells": CHUNK_CELLS, "groups": groups},
     )
@@ -138,8 +146,9 @@ def _init(model: Model[InT, Floats2d], X: Optional[InT] = None, Y=None) -> None:
     model.get_ref("scorer").initialize()
     projection.initialize()
     model.get_ref("word_codes").initialize()
-    if model.has_ref("char_codes") is True:
-        model.get_ref("char_codes").initialize()
+    for name in ("char_codes", "char_cnn"):
+        if model.has_ref(name) is True:
+            model.get_ref(name).initialize()
 
 
 def _infer_width(tok2vec: Model, docs: Optional[List[Doc]]) -> int:

@@ -16,6 +16,7 @@ from thinc.api import Model, glorot_uniform_init
 from thinc.types import Floats2d, Floats3d, Ints2d
 
 from . import fofe
+from .char_cnn import CHAR_CNN, project_fragment_max
 from .position_codes import CHAR_ALPHA_GRAD, Codes
 
 # The column blocks of W, in order, for each feature group.
@@ -24,11 +25,13 @@ FEATURE_BLOCKS = {
     "right_context": ("right_incl", "right_excl"),
     "bag_of_words": ("tokens",),
     "char_fofe": ("lr", "rl"),
+    "char_cnn": (CHAR_CNN,),
 }
 CHAR_BLOCKS = ("lr", "rl")
 # Every code array: the block of W it is multiplied by, and where on the fragment it is
 # read: its "start" row, its "end" row, the "mean" over its rows, or start/end times
-# -char_alpha ** (characters in the fragment) ("_decayed": the character FOFE of a fragment).
+# -char_alpha ** (characters in the fragment) ("_decayed": the character FOFE of a fragment),
+# or the "max" over its rows (the character CNN; not linear, so projected per fragment).
 SOURCES = {
     "left_incl": ("left_incl", "end"),
     "left_excl": ("left_excl", "start"),
@@ -39,6 +42,7 @@ SOURCES = {
     "lr_before": ("lr", "start_decayed"),
     "rl_start": ("rl", "start"),
     "rl_after": ("rl", "end_decayed"),
+    CHAR_CNN: (CHAR_CNN, "max"),
 }
 
 InT = Tuple[Codes, Ints2d]
@@ -51,17 +55,19 @@ def FragmentProjection(
     nI: Optional[int] = None,
     nC: int = 0,
     dropout: float = 0.0,
+    nF: int = 0,
 ) -> Model[InT, Floats2d]:
     """ReLU(W . features + b) of every fragment (doc index, start, end), from position codes.
 
     blocks: the column blocks of W in order (FEATURE_BLOCKS' values); nI: the token vector
-    width (word blocks); nC: the character embedding width (character blocks).
+    width (word blocks); nC: the character embedding width (character blocks); nF: the
+    character CNN's filters (its block).
     """
     return Model(
         "fragment_projection",
         _forward,
         init=_init,
-        dims={"nO": nO, "nI": nI, "nC": nC},
+        dims={"nO": nO, "nI": nI, "nC": nC, "nF": nF},
         params={"W": None, "b": None},
         attrs={"blocks": list(blocks), "dropout_rate": dropout},
     )
@@ -76,9 +82,10 @@ def _init(model: Model, X=None, Y=None) -> None:
 def columns(model: Model) -> Dict[str, slice]:
     """The columns of W each block occupies."""
     nI, nC = model.get_dim("nI"), model.get_dim("nC")
+    nF = model.get_dim("nF") if model.has_dim("nF") else 0  # pipelines saved before the CNN lack it
     out, offset = {}, 0
     for block in model.attrs["blocks"]:
-        width = nC if block in CHAR_BLOCKS else nI
+        width = nC if block in CHAR_BLOCKS else nF if block == CHAR_CNN else nI
         out[block] = slice(offset, offset + width)
         offset += width
     return out
@@ -104,6 +111,11 @@ def _forward(model: Model, inputs: InT, is_train: bool) -> Tuple[Floats2d, Calla
     cells = ops.asarray((starts - begin) * n + sizes - 1)
     pre = grid.reshape((-1, nH))[cells]  # a copy: add and clip in place
     pre += model.get_param("b")
+    backprop_max = None
+    if CHAR_CNN in codes.arrays:
+        W = model.get_param("W")[:, columns(model)[CHAR_CNN]]
+        maxed, backprop_max = project_fragment_max(ops, codes.arrays[CHAR_CNN], W, starts, sizes)
+        pre += maxed
     if not is_train:
         return ops.relu(pre, inplace=True), _no_backprop
     hidden = ops.relu(pre)
@@ -130,6 +142,11 @@ def _forward(model: Model, inputs: InT, is_train: bool) -> Tuple[Floats2d, Calla
             if codes.char_alpha_learned:
                 d_alpha = _char_decay_alpha_grad(codes, placed, d_grid, decay, n, n_tokens)
         d_arrays = backprop_placed(d_placed)
+        if backprop_max is not None:
+            d_W_max, d_arrays[CHAR_CNN] = backprop_max(d_pre)
+            d_W = model.ops.alloc2f(*model.get_param("W").shape)
+            d_W[:, columns(model)[CHAR_CNN]] = d_W_max
+            model.inc_grad("W", d_W)
         if d_alpha is not None:
             d_arrays[CHAR_ALPHA_GRAD] = d_alpha
         return d_arrays
@@ -182,6 +199,7 @@ def _project(model: Model, arrays: Dict[str, Floats2d], begin: int, stop: int):
     W = model.get_param("W")
     blocks = columns(model)
     placed: Dict[str, Floats2d] = {}
+    arrays = {name: array for name, array in arrays.items() if SOURCES[name][1] != "max"}
     for name, array in arrays.items():
         block, place = SOURCES[name]
         projected = ops.gemm(array[begin:stop], W[:, blocks[block]], trans2=True)

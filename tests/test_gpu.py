@@ -14,6 +14,7 @@ from spacy_fofe.fofe import GRID_OPS, char_boundary_codes, char_decay, prefix_fo
 from helpers import (
     LEXEME_TABLES_EMBED,
     NESTED,
+    SMALL_MODEL,
     make_examples,
     overfit_with_tok2vec,
     predicted,
@@ -90,3 +91,20 @@ def test_overfits_a_small_nested_corpus_on_gpu(gpu_ops):
     train(nlp, make_examples(nlp, NESTED))
     for text, spans in NESTED:
         assert predicted(nlp(text)) == sorted(spans), text
+
+
+def test_character_cnn_on_gpu_scores_like_cpu_and_trains(gpu_ops, tmp_path):
+    require_cpu()
+    spacy.util.fix_random_seed(0)
+    cpu_nlp = spacy.blank("en")
+    config = {"model": {**SMALL_MODEL, "char_cnn": True}, "overlap_rate": 1.0, "disjoint_rate": 1.0}
+    cpu_nlp.add_pipe("fofe_ner", config=config)
+    train(cpu_nlp, make_examples(cpu_nlp, NESTED), steps=150)
+    assert_gpu_scores_like_cpu(cpu_nlp, tmp_path / "char_cnn", [text for text, _ in NESTED] + [""])
+    spacy.util.fix_random_seed(0)
+    gpu_nlp = spacy.blank("en")
+    gpu_nlp.add_pipe("fofe_ner", config=config)
+    train(gpu_nlp, make_examples(gpu_nlp, NESTED), steps=150)  # on the GPU
+    assert not isinstance(gpu_nlp.get_pipe("fofe_ner").model.ops, NumpyOps)
+    for text, spans in NESTED:
+        assert predicted(gpu_nlp(text)) == sorted(spans), text

@@ -54,7 +54,8 @@ def two_sentence_doc(vocab):
 
 
 @pytest.mark.parametrize("groups", [{}, {"char_fofe": False}, {"left_context": False, "bag_of_words": False},
-                                    {"stop_at_sentences": True}, {"learn_word_alpha": True, "learn_char_alpha": True}])
+                                    {"stop_at_sentences": True}, {"learn_word_alpha": True, "learn_char_alpha": True},
+                                    {"char_cnn": True, "char_fofe": False}])
 def test_gradients_match_finite_differences(docs, groups, seed=0):
     if groups.get("stop_at_sentences"):
         docs = [two_sentence_doc(docs[0].vocab), docs[1]]
@@ -80,6 +81,8 @@ def test_gradients_match_finite_differences(docs, groups, seed=0):
     checked = [(model.get_ref("tok2vec"), "T"), (model.get_ref("projection"), "W"), (model.get_ref("projection"), "b")]
     if model.has_ref("char_codes") is True:
         checked.append((model.get_ref("char_codes"), "E"))
+    if model.has_ref("char_cnn") is True:
+        checked += [(model.get_ref("char_cnn"), name) for name in ("E", "W", "b")]
     for layer in ("word_codes", "char_codes"):
         if groups.get(f"learn_{layer[:4]}_alpha"):
             checked.append((model.get_ref(layer), "alpha_logit"))
@@ -101,8 +104,10 @@ def test_gradients_match_finite_differences(docs, groups, seed=0):
             if abs(numeric) > 1e-3:
                 errors.append(abs(numeric - float(grad[index])) / abs(numeric))
         # A ReLU kink inside the finite-difference step spoils a few entries; a wrong
-        # gradient spoils most of them.
-        good = numpy.mean(numpy.asarray(errors) < 1e-2)
+        # gradient spoils most of them. The character CNN's maxima over characters and
+        # tokens switch within the step more often: it gets a looser bound.
+        tolerance = 5e-2 if owner.name == "char_cnn_codes" else 1e-2
+        good = numpy.mean(numpy.asarray(errors) < tolerance)
         assert len(errors) >= min(5, param.size) and good >= 0.8, (name, sorted(errors))
 
 
@@ -140,8 +145,9 @@ def test_stop_at_sentences_scores_each_sentence_as_if_alone(char_fofe):
     numpy.testing.assert_allclose(models[True].predict(([plain], fragments)), scores[False][0], atol=1e-6)
 
 
-def test_chunked_prediction_equals_one_chunk(docs):
-    model = build_fofe_ner_model(table_tok2vec(6, 12), hidden_width=8, char_width=4, nO=3)
+@pytest.mark.parametrize("char_cnn", [False, True])
+def test_chunked_prediction_equals_one_chunk(docs, char_cnn):
+    model = build_fofe_ner_model(table_tok2vec(6, 12), hidden_width=8, char_width=4, nO=3, char_cnn=char_cnn)
     fragments = enumerate_fragments([len(d) for d in docs], 4)
     model.initialize(X=(docs, fragments))
     randomize_output(model)
