@@ -40,3 +40,18 @@ def test_gradients_reach_the_rows_that_were_used(nlp):
 def test_a_pipeline_without_vectors_is_a_clear_error():
     with pytest.raises(ValueError, match="no vectors"):
         TunedVectors().initialize(X=[spacy.blank("en")("a b")])
+
+
+def test_word_dropout_sends_a_share_of_the_tokens_to_the_unknown_row_in_training_only(nlp):
+    layer = TunedVectors("LOWER", word_dropout=0.5)
+    docs = [nlp(" ".join(["Paris"] * 2000))]
+    layer.initialize(X=docs)
+    assert (layer.predict(docs)[0][:, 0] == 1.0).all()  # inference: every token its own row
+    numpy.random.seed(0)
+    out, backprop = layer.begin_update(docs)
+    dropped = out[0][:, 0] == 0.0  # the unknown row starts at zeros
+    assert 0.45 < dropped.mean() < 0.55
+    backprop([numpy.ones_like(out[0])])
+    assert layer.get_grad("E")[-1, 0] == dropped.sum()  # the dropped tokens train the unknown row
+    with pytest.raises(ValueError, match="word_dropout"):
+        TunedVectors(word_dropout=1.0)
