@@ -193,7 +193,7 @@ class FOFENER(TrainablePipe):
         """Tokens of context each side of a window, or None when docs must be scored whole."""
         if "groups" not in self.model.attrs or any("listener" in node.name for node in self.model.walk()):
             return None
-        return context_tokens(self.model) + self.cfg["max_length"]
+        return context_tokens(self.model, self.cfg["max_length"]) + self.cfg["max_length"]
 
     def set_annotations(self, docs: Iterable[Doc], predictions: Tuple[numpy.ndarray, Floats2d]) -> None:
         """Decode each doc's candidates into doc.spans[spans_key] (and the outer level into doc.ents)."""
@@ -321,7 +321,9 @@ class FOFENER(TrainablePipe):
             return losses
         set_dropout_rate(self.model, drop)
         scores, backprop = self.model.begin_update((docs, fragments[keep]))
-        loss, d_scores = self._loss(scores, labels[keep])
+        # A two-pass model returns both passes' scores, one after the other: each learns the targets.
+        passes = scores.shape[0] // len(keep)
+        loss, d_scores = self._loss(scores, numpy.tile(labels[keep], passes))
         backprop(d_scores)
         if sgd is not None:
             self.finish_update(sgd)

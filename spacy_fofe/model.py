@@ -17,10 +17,19 @@ from spacy.util import registry
 from thinc.api import Model, Relu, Softmax, chain
 from thinc.types import Floats2d, Ints2d
 
-from . import fofe
+from . import fofe, second_pass
 from .char_cnn import CharCNNCodes
-from .position_codes import CharFOFECodes, PositionCodes, WordFOFECodes, forgetting_factor
-from .projection import FragmentProjection, blocks_of
+from .fragments import enumerate_fragments, within_sentences
+from .position_codes import (
+    CharFOFECodes,
+    Codes,
+    PositionCodes,
+    WordFOFECodes,
+    forgetting_factor,
+    sentence_lengths,
+    sentence_start_flags,
+)
+from .projection import DECISION_BLOCKS, FragmentProjection, blocks_of
 
 InT = Tuple[List[Doc], Ints2d]
 GROUPS = ("left_context", "right_context", "bag_of_words", "char_fofe", "char_cnn")
@@ -51,6 +60,7 @@ def build_fofe_ner_model(
     char_cnn: bool = False,
     char_cnn_width: int = 32,
     char_cnn_window: int = 1,
+    second_pass: bool = False,
     nO: Optional[int] = None,
 ) -> Model[InT, Floats2d]:
     """Build the FOFE fragment scorer over any tok2vec.
@@ -65,6 +75,8 @@ def build_fofe_ner_model(
     char_cnn: add the max over the fragment's characters of a character convolution
         (char_cnn_width filters over char_cnn_window characters each side, within tokens;
         char_width-wide embeddings of its own).
+    second_pass: score again with a second net of the same shape that also reads the first
+        pass's decisions about the fragments around (second_pass.py); about twice the cost.
     stop_at_sentences: restart the FOFE codes at each sentence start a doc has, instead of
         letting the context of a whole document reach across its sentences.
     """
@@ -80,19 +92,33 @@ def build_fofe_ner_model(
     codes = PositionCodes(tok2vec, word_codes, char_codes, stop_at_sentences, char_cnn=cnn)
     projection = FragmentProjection(blocks_of(groups), nO=hidden_width, nC=char_width if char_fofe else 0,
                                     dropout=dropout, nF=char_cnn_width if char_cnn else 0)
-    hidden = [Relu(nO=hidden_width, nI=hidden_width, dropout=dropout) for _ in range(depth - 1)]
-    output = Softmax(nO=nO, nI=hidden_width)
-    scorer = chain(*hidden, output) if hidden else output
+    scorer, output = _scorer(hidden_width, depth, dropout, nO)
+    layers = [codes, chain(projection, scorer)]
+    refs = {"codes": codes, "tok2vec": tok2vec, "projection": projection, "word_codes": word_codes,
+            "char_codes": char_codes, "char_cnn": cnn, "scorer": scorer, "output": output}
+    if second_pass:
+        projection2 = FragmentProjection(blocks_of(groups) + list(DECISION_BLOCKS), nO=hidden_width,
+                                         nC=char_width if char_fofe else 0, dropout=dropout,
+                                         nF=char_cnn_width if char_cnn else 0, nD=None)  # nD: labels, at init
+        scorer2, output2 = _scorer(hidden_width, depth, dropout, nO)
+        layers.append(chain(projection2, scorer2))
+        refs.update({"projection2": projection2, "scorer2": scorer2, "output2": output2})
     return Model(
         "fofe_ner",
         _forward,
         init=_init,
-        layers=[codes, chain(projection, scorer)],
-        refs={"codes": codes, "tok2vec": tok2vec, "projection": projection, "word_codes": word_codes,
-              "char_codes": char_codes, "char_cnn": cnn, "scorer": scorer, "output": output},
+        layers=layers,
+        refs=refs,
         dims={"nO": nO},
         attrs={"chunk_cells": CHUNK_CELLS, "groups": groups},
     )
+
+
+def _scorer(hidden_width: int, depth: int, dropout: float, nO: Optional[int]):
+    """The layers after the first: depth - 1 hidden ReLU layers and the softmax (returned too)."""
+    hidden = [Relu(nO=hidden_width, nI=hidden_width, dropout=dropout) for _ in range(depth - 1)]
+    output = Softmax(nO=nO, nI=hidden_width)
+    return (chain(*hidden, output) if hidden else output), output
 
 
 # v1 is the same architecture under its former name, so configs written for it still build.
@@ -120,17 +146,28 @@ def stops_at_sentences(model: Model[InT, Floats2d]) -> bool:
     return model.has_ref("codes") and bool(model.get_ref("codes").attrs.get("stop_at_sentences"))
 
 
-def context_tokens(model: Model[InT, Floats2d]) -> int:
+def has_second_pass(model: Model[InT, Floats2d]) -> bool:
+    return model.has_ref("projection2")
+
+
+def context_tokens(model: Model[InT, Floats2d], max_length: int = 0) -> int:
     """How many tokens beyond a fragment its scores depend on: the FOFE scans' reach at the
-    current forgetting factors (a token has at least one character) plus the tok2vec's.
+    current forgetting factors (a token has at least one character) plus the tok2vec's; with
+    a second pass, also the reach of the decision codes and of the first pass's fragments (up
+    to max_length tokens) that cover the tokens they read; those fragments' own context is
+    the same reach again from them.
     Scoring a long doc in windows with this much context each side gives the scores of
     the whole doc."""
     groups, reach = model.attrs["groups"], 0
+    word_reach = fofe.scan_reach(forgetting_factor(model.get_ref("word_codes")))
     if "left_context" in groups or "right_context" in groups:
-        reach = fofe.scan_reach(forgetting_factor(model.get_ref("word_codes")))
+        reach = word_reach
     if "char_fofe" in groups:
         reach = max(reach, fofe.scan_reach(forgetting_factor(model.get_ref("char_codes"))))
-    return reach + TOK2VEC_REACH
+    reach += TOK2VEC_REACH
+    if has_second_pass(model):
+        reach += word_reach + max_length
+    return reach
 
 
 def _init(model: Model[InT, Floats2d], X: Optional[InT] = None, Y=None) -> None:
@@ -145,6 +182,13 @@ def _init(model: Model[InT, Floats2d], X: Optional[InT] = None, Y=None) -> None:
     model.get_ref("output").set_dim("nO", model.get_dim("nO"))
     model.get_ref("scorer").initialize()
     projection.initialize()
+    if has_second_pass(model):
+        projection2 = model.get_ref("projection2")
+        projection2.set_dim("nI", projection.get_dim("nI"), force=True)
+        projection2.set_dim("nD", model.get_dim("nO") - 1)
+        model.get_ref("output2").set_dim("nO", model.get_dim("nO"), force=True)
+        model.get_ref("scorer2").initialize()
+        projection2.initialize()
     model.get_ref("word_codes").initialize()
     for name in ("char_codes", "char_cnn"):
         if model.has_ref(name) is True:
@@ -169,6 +213,8 @@ def _forward(model: Model[InT, Floats2d], inputs: InT, is_train: bool) -> Tuple[
         return model.ops.alloc2f(0, model.get_dim("nO")), lambda d_scores: []
     codes, backprop_codes = model.get_ref("codes")(docs, is_train)
     head = model.layers[1]
+    if has_second_pass(model):
+        return _two_pass_forward(model, docs, codes, backprop_codes, fragments, is_train)
     if not is_train:
         return _predict_in_blocks(model, head, codes, fragments), _no_backprop
     scores, backprop_head = head((codes, fragments), is_train)
@@ -178,6 +224,63 @@ def _forward(model: Model[InT, Floats2d], inputs: InT, is_train: bool) -> Tuple[
         return []
 
     return scores, backprop
+
+
+def _two_pass_forward(model: Model, docs: List[Doc], codes: Codes, backprop_codes: Callable,
+                      fragments: numpy.ndarray, is_train: bool) -> Tuple[Floats2d, Callable]:
+    """The first pass on every fragment of up to n tokens (n: the longest given), its decisions
+    as codes, the second pass on the given fragments. In training the output is the second
+    pass's scores of the fragments, then the first pass's (the component trains both on the
+    same targets); at inference, the second pass's only."""
+    head1, head2 = model.layers[1], model.layers[2]
+    n = int((fragments[:, 2] - fragments[:, 1]).max())
+    every = _every_fragment(model, docs, codes, n)
+    every_starts = codes.flat_starts(every)
+    every_sizes = every[:, 2] - every[:, 1]
+    if is_train:
+        first, backprop_first = head1((codes, every), is_train)
+    else:
+        first = _predict_in_blocks(model, head1, codes, every)
+    ops = model.ops
+    decisions = second_pass.token_decisions(first, ops.asarray(every_starts), ops.asarray(every_sizes),
+                                            int(codes.lengths.sum()))
+    segments = _code_segments(model, docs, codes)
+    alpha = forgetting_factor(model.get_ref("word_codes"))
+    seen = Codes(codes.lengths, {**codes.arrays, **second_pass.decision_codes(decisions, ops.asarray(segments), alpha)},
+                 codes.char_bounds, codes.char_alpha, codes.char_alpha_learned)
+    if not is_train:
+        return _predict_in_blocks(model, head2, seen, fragments), _no_backprop
+    second, backprop_second = head2((seen, fragments), is_train)
+    index = ops.asarray(second_pass.positions_in(fragments, codes.flat_starts(fragments), every_starts, every_sizes, n))
+    scores = ops.xp.concatenate([second, first[index]])
+
+    def backprop(d_scores: Floats2d):
+        d_first = ops.alloc2f(*first.shape)
+        d_first[index] = d_scores[len(fragments):]
+        d_arrays = backprop_first(d_first)
+        for name, grad in backprop_second(d_scores[:len(fragments)]).items():
+            if name in second_pass.DECISION_ARRAYS:
+                continue  # the first pass's decisions are the second's input, not a gradient path
+            d_arrays[name] = d_arrays[name] + grad if name in d_arrays else grad
+        backprop_codes(d_arrays)
+        return []
+
+    return scores, backprop
+
+
+def _every_fragment(model: Model, docs: List[Doc], codes: Codes, n: int) -> numpy.ndarray:
+    """Every fragment of 1..n tokens; none across a sentence start when the codes stop there."""
+    every = enumerate_fragments(codes.lengths, n)
+    if not stops_at_sentences(model):
+        return every
+    return within_sentences(every, codes.lengths, numpy.concatenate([sentence_start_flags(doc) for doc in docs]))
+
+
+def _code_segments(model: Model, docs: List[Doc], codes: Codes) -> numpy.ndarray:
+    """The lengths of the sequences the codes run over: docs, or sentences when they stop there."""
+    if stops_at_sentences(model):
+        return numpy.concatenate([sentence_lengths(doc) for doc in docs if len(doc)] or [numpy.zeros(0, "int64")])
+    return codes.lengths
 
 
 def _no_backprop(d_scores):

@@ -19,6 +19,7 @@ from . import fofe
 from .char_cnn import CHAR_CNN, project_fragment_max
 from .position_codes import CHAR_ALPHA_GRAD, Codes
 
+DECISION_BLOCKS = ("decision_left", "decision_right", "decision_tokens")
 # The column blocks of W, in order, for each feature group.
 FEATURE_BLOCKS = {
     "left_context": ("left_incl", "left_excl"),
@@ -26,6 +27,8 @@ FEATURE_BLOCKS = {
     "bag_of_words": ("tokens",),
     "char_fofe": ("lr", "rl"),
     "char_cnn": (CHAR_CNN,),
+    # The second pass's reading of the first pass's decisions (second_pass.py).
+    "decisions": DECISION_BLOCKS,
 }
 CHAR_BLOCKS = ("lr", "rl")
 # Every code array: the block of W it is multiplied by, and where on the fragment it is
@@ -43,6 +46,9 @@ SOURCES = {
     "rl_start": ("rl", "start"),
     "rl_after": ("rl", "end_decayed"),
     CHAR_CNN: (CHAR_CNN, "max"),
+    "decision_left_excl": ("decision_left", "start"),
+    "decision_right_excl": ("decision_right", "end"),
+    "decision_tokens": ("decision_tokens", "mean"),
 }
 
 InT = Tuple[Codes, Ints2d]
@@ -56,18 +62,19 @@ def FragmentProjection(
     nC: int = 0,
     dropout: float = 0.0,
     nF: int = 0,
+    nD: Optional[int] = 0,
 ) -> Model[InT, Floats2d]:
     """ReLU(W . features + b) of every fragment (doc index, start, end), from position codes.
 
     blocks: the column blocks of W in order (FEATURE_BLOCKS' values); nI: the token vector
     width (word blocks); nC: the character embedding width (character blocks); nF: the
-    character CNN's filters (its block).
+    character CNN's filters (its block); nD: the labels (the decision blocks of a second pass).
     """
     return Model(
         "fragment_projection",
         _forward,
         init=_init,
-        dims={"nO": nO, "nI": nI, "nC": nC, "nF": nF},
+        dims={"nO": nO, "nI": nI, "nC": nC, "nF": nF, "nD": nD},
         params={"W": None, "b": None},
         attrs={"blocks": list(blocks), "dropout_rate": dropout},
     )
@@ -82,10 +89,11 @@ def _init(model: Model, X=None, Y=None) -> None:
 def columns(model: Model) -> Dict[str, slice]:
     """The columns of W each block occupies."""
     nI, nC = model.get_dim("nI"), model.get_dim("nC")
-    nF = model.get_dim("nF") if model.has_dim("nF") else 0  # pipelines saved before the CNN lack it
+    # Pipelines saved before the CNN and the second pass lack nF and nD.
+    nF, nD = (model.get_dim(dim) if model.has_dim(dim) else 0 for dim in ("nF", "nD"))
     out, offset = {}, 0
     for block in model.attrs["blocks"]:
-        width = nC if block in CHAR_BLOCKS else nF if block == CHAR_CNN else nI
+        width = nC if block in CHAR_BLOCKS else nF if block == CHAR_CNN else nD if block in DECISION_BLOCKS else nI
         out[block] = slice(offset, offset + width)
         offset += width
     return out

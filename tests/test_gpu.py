@@ -93,14 +93,15 @@ def test_overfits_a_small_nested_corpus_on_gpu(gpu_ops):
         assert predicted(nlp(text)) == sorted(spans), text
 
 
-def test_character_cnn_on_gpu_scores_like_cpu_and_trains(gpu_ops, tmp_path):
+@pytest.mark.parametrize("option", ["char_cnn", "second_pass"])
+def test_model_options_on_gpu_score_like_cpu_and_train(gpu_ops, tmp_path, option):
     require_cpu()
     spacy.util.fix_random_seed(0)
     cpu_nlp = spacy.blank("en")
-    config = {"model": {**SMALL_MODEL, "char_cnn": True}, "overlap_rate": 1.0, "disjoint_rate": 1.0}
+    config = {"model": {**SMALL_MODEL, option: True}, "overlap_rate": 1.0, "disjoint_rate": 1.0}
     cpu_nlp.add_pipe("fofe_ner", config=config)
     train(cpu_nlp, make_examples(cpu_nlp, NESTED), steps=150)
-    assert_gpu_scores_like_cpu(cpu_nlp, tmp_path / "char_cnn", [text for text, _ in NESTED] + [""])
+    assert_gpu_scores_like_cpu(cpu_nlp, tmp_path / option, [text for text, _ in NESTED] + [""])
     spacy.util.fix_random_seed(0)
     gpu_nlp = spacy.blank("en")
     gpu_nlp.add_pipe("fofe_ner", config=config)

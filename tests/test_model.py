@@ -117,8 +117,8 @@ def hash_tok2vec() -> Model:
         width=6, attrs=["ORTH", "SHAPE"], rows=[50, 20], include_static_vectors=False)
 
 
-@pytest.mark.parametrize("char_fofe", [True, False])
-def test_stop_at_sentences_scores_each_sentence_as_if_alone(char_fofe):
+@pytest.mark.parametrize("char_fofe,second_pass", [(True, False), (False, False), (True, True)])
+def test_stop_at_sentences_scores_each_sentence_as_if_alone(char_fofe, second_pass):
     vocab = spacy.blank("en").vocab
     doc = two_sentence_doc(vocab)
     alone = [Doc(vocab, words=[t.text for t in sent], spaces=[True] * len(sent)) for sent in doc.sents]
@@ -131,9 +131,13 @@ def test_stop_at_sentences_scores_each_sentence_as_if_alone(char_fofe):
     for stop in (True, False):
         spacy.util.fix_random_seed(0)
         model = build_fofe_ner_model(hash_tok2vec(), hidden_width=8, char_width=4, nO=3, char_fofe=char_fofe,
-                                     stop_at_sentences=stop)
+                                     stop_at_sentences=stop, second_pass=second_pass)
         model.initialize(X=([doc], fragments))
         randomize_output(model)
+        if second_pass:
+            output2 = model.get_ref("output2")
+            output2.set_param("W", numpy.random.default_rng(4).normal(size=output2.get_param("W").shape)
+                              .astype("float32"))
         scores[stop] = model.predict(([doc], fragments)), model.predict((alone, alone_fragments))
         models[stop] = model
     numpy.testing.assert_allclose(*scores[True], atol=1e-6)

@@ -54,8 +54,9 @@ def test_ablation_variants_change_only_what_they_name():
     assert plain == model["tok2vec"]["embed"]
     learned = ablation.variant_config(base, "+learned_alphas")["components"]["fofe_ner"]["model"]
     assert learned["learn_word_alpha"] is True and learned["learn_char_alpha"] is True
-    with_cnn = ablation.variant_config(base, "+char_cnn")["components"]["fofe_ner"]["model"]
-    assert with_cnn.pop("char_cnn") is True and with_cnn == {k: v for k, v in model.items() if k != "char_cnn"}
+    for option in ("char_cnn", "second_pass"):
+        changed = ablation.variant_config(base, f"+{option}")["components"]["fofe_ner"]["model"]
+        assert changed.pop(option) is True and changed == {k: v for k, v in model.items() if k != option}
     assert ablation.variant_config(ROOT / "configs" / "demo.cfg", "-lexeme_tables") is None  # demo has no tables
 
 

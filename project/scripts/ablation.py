@@ -10,7 +10,8 @@ trained again, so an interrupted run resumes.
 Variants: `full` (the config as it is); `-left_context`, `-right_context`, `-bag_of_words`,
 `-char_fofe` (one feature group off); `-lexeme_tables` (the config's LexemeTablesEmbed removed,
 its inner embedding kept); `+learned_alphas` (learn_word_alpha and learn_char_alpha); `+char_cnn`
-(the character CNN of the fragment next to the character FOFE);
+(the character CNN of the fragment next to the character FOFE); `+second_pass` (a second scorer that
+also reads the first pass's decisions);
 `+documents` (trained on --docs-corpus, a doc per document, `fofe convert --docs`); `+both_forms`
 (trained on the sentence docs and the documents together); `+pretraining` (`spacy pretrain` on
 --raw-text first, then --paths.init_tok2vec). With --docs-corpus every variant is also tested on
@@ -27,8 +28,8 @@ from results import RESULTS, write_section
 from spacy.util import load_config
 
 GROUPS = ("left_context", "right_context", "bag_of_words", "char_fofe")
-VARIANTS = ("full", *(f"-{g}" for g in GROUPS), "-lexeme_tables", "+learned_alphas", "+char_cnn", "+documents",
-            "+both_forms", "+pretraining")
+VARIANTS = ("full", *(f"-{g}" for g in GROUPS), "-lexeme_tables", "+learned_alphas", "+char_cnn", "+second_pass",
+            "+documents", "+both_forms", "+pretraining")
 NEEDS_DOCS = ("+documents", "+both_forms")
 LEXEME_EMBED = "spacy_fofe.LexemeTablesEmbed.v1"
 
@@ -45,8 +46,8 @@ def variant_config(base: Path, name: str):
         model["tok2vec"] = model["tok2vec"]["embed"]
     elif name == "+learned_alphas":
         model["learn_word_alpha"] = model["learn_char_alpha"] = True
-    elif name == "+char_cnn":
-        model["char_cnn"] = True
+    elif name in ("+char_cnn", "+second_pass"):
+        model[name[1:]] = True
     return config
 
 
