@@ -147,6 +147,7 @@ def stops_at_sentences(model: Model[InT, Floats2d]) -> bool:
 
 
 def has_second_pass(model: Model[InT, Floats2d]) -> bool:
+    """Whether the model was built with second_pass (it then has a second scorer)."""
     return model.has_ref("projection2")
 
 
@@ -185,7 +186,7 @@ def _init(model: Model[InT, Floats2d], X: Optional[InT] = None, Y=None) -> None:
     if has_second_pass(model):
         projection2 = model.get_ref("projection2")
         projection2.set_dim("nI", projection.get_dim("nI"), force=True)
-        projection2.set_dim("nD", model.get_dim("nO") - 1)
+        projection2.set_dim("nD", model.get_dim("nO") - 1, force=True)
         model.get_ref("output2").set_dim("nO", model.get_dim("nO"), force=True)
         model.get_ref("scorer2").initialize()
         projection2.initialize()

@@ -15,7 +15,8 @@ also reads the first pass's decisions);
 `+documents` (trained on --docs-corpus, a doc per document, `fofe convert --docs`); `+both_forms`
 (trained on the sentence docs and the documents together); `+pretraining` (`spacy pretrain` on
 --raw-text first, then --paths.init_tok2vec). With --docs-corpus every variant is also tested on
-the documents, as a user's whole documents reach it.
+the documents, as a user's whole documents reach it; with --strict (nested data) the table also
+gives GermEval's strict level-aware test F1.
 """
 
 import argparse
@@ -105,7 +106,10 @@ def evaluate(args, name: str, model: Path) -> dict:
         if not result.exists():
             run([sys.executable, "-m", "spacy", "fofe", "evaluate", model, Path(corpus) / f"{split}.spacy",
                  "--output", result])
-        scores[key] = round(100 * json.loads(result.read_text())["spans_sc_f"], 2)
+        found = json.loads(result.read_text())
+        scores[key] = round(100 * found["spans_sc_f"], 2)
+        if key == "test" and args.strict:
+            scores["test_strict"] = round(100 * found["spans_sc_strict_f"], 2)
     return scores
 
 
@@ -120,6 +124,7 @@ def main() -> None:
     parser.add_argument("--docs-corpus", default=None, help="the corpus as a doc per document (+documents)")
     parser.add_argument("--raw-text", default=None, help="JSON lines of raw text (+pretraining)")
     parser.add_argument("--pretrain-epochs", type=int, default=10)
+    parser.add_argument("--strict", action="store_true", help="also give GermEval's strict (level-aware) test F1")
     parser.add_argument("--results", default=str(RESULTS), help="the results file whose section this rewrites")
     args = parser.parse_args()
     names = args.variants.split(",")
@@ -143,11 +148,14 @@ def main() -> None:
     (out / "ablation.json").write_text(json.dumps(rows, indent=2))
     full = next((row for row in rows if row["variant"] == "full"), None)
     documents = bool(args.docs_corpus)
-    lines = ["| variant | dev F1 | test F1 | test vs full |" + (" test F1, documents |" if documents else ""),
-             "|---|---|---|---|" + ("---|" if documents else "")]
+    lines = ["| variant | dev F1 | test F1 | test vs full |" + (" test strict F1 |" if args.strict else "")
+             + (" test F1, documents |" if documents else ""),
+             "|---|---|---|---|" + ("---|" if args.strict else "") + ("---|" if documents else "")]
     for row in rows:
         delta = f"{row['test'] - full['test']:+.2f}" if full and row is not full else ""
         cells = [row["variant"], f"{row['dev']:.2f}", f"{row['test']:.2f}", delta]
+        if args.strict:
+            cells.append(f"{row['test_strict']:.2f}")
         if documents:
             cells.append(f"{row['test_documents']:.2f}")
         lines.append("| " + " | ".join(cells) + " |")
