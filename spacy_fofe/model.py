@@ -76,7 +76,7 @@ def build_fofe_ner_model(
         (char_cnn_width filters over char_cnn_window characters each side, within tokens;
         char_width-wide embeddings of its own).
     second_pass: score again with a second net of the same shape that also reads the first
-        pass's decisions about the fragments around (second_pass.py); about twice the cost.
+        pass's decisions about the fragments around (second_pass.py); the scorer runs twice.
     stop_at_sentences: restart the FOFE codes at each sentence start a doc has, instead of
         letting the context of a whole document reach across its sentences.
     """
