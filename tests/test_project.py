@@ -52,8 +52,11 @@ def test_ablation_variants_change_only_what_they_name():
         assert {k: v for k, v in changed.items() if k != group} == {k: v for k, v in model.items() if k != group}
     plain = ablation.variant_config(base, "-lexeme_tables")["components"]["fofe_ner"]["model"]["tok2vec"]
     assert plain == model["tok2vec"]["embed"]
-    learned = ablation.variant_config(base, "+learned_alphas")["components"]["fofe_ner"]["model"]
-    assert learned["learn_word_alpha"] is True and learned["learn_char_alpha"] is True
+    on = model.get("learn_word_alpha", False)
+    learned = ablation.variant_config(base, "-learned_alphas" if on else "+learned_alphas")
+    learned = learned["components"]["fofe_ner"]["model"]
+    assert learned["learn_word_alpha"] is (not on) and learned["learn_char_alpha"] is (not on)
+    assert ablation.variant_config(base, "+learned_alphas" if on else "-learned_alphas") is None  # the base itself
     for option in ("char_cnn", "second_pass"):
         changed = ablation.variant_config(base, f"+{option}")["components"]["fofe_ner"]["model"]
         assert changed.pop(option) is True and changed == {k: v for k, v in model.items() if k != option}

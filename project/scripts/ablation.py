@@ -9,7 +9,8 @@ trained again, so an interrupted run resumes.
 
 Variants: `full` (the config as it is); `-left_context`, `-right_context`, `-bag_of_words`,
 `-char_fofe` (one feature group off); `-lexeme_tables` (the config's LexemeTablesEmbed removed,
-its inner embedding kept); `+learned_alphas` (learn_word_alpha and learn_char_alpha); `+char_cnn`
+its inner embedding kept); `+learned_alphas` / `-learned_alphas` (learn_word_alpha and
+learn_char_alpha on / off, where the base has them the other way); `+char_cnn`
 (the character CNN of the fragment next to the character FOFE); `+second_pass` (a second scorer that
 also reads the first pass's decisions);
 `+documents` (trained on --docs-corpus, a doc per document, `fofe convert --docs`); `+both_forms`
@@ -29,8 +30,8 @@ from results import RESULTS, write_section
 from spacy.util import load_config
 
 GROUPS = ("left_context", "right_context", "bag_of_words", "char_fofe")
-VARIANTS = ("full", *(f"-{g}" for g in GROUPS), "-lexeme_tables", "+learned_alphas", "+char_cnn", "+second_pass",
-            "+documents", "+both_forms", "+pretraining")
+VARIANTS = ("full", *(f"-{g}" for g in GROUPS), "-lexeme_tables", "+learned_alphas", "-learned_alphas", "+char_cnn",
+            "+second_pass", "+documents", "+both_forms", "+pretraining")
 NEEDS_DOCS = ("+documents", "+both_forms")
 LEXEME_EMBED = "spacy_fofe.LexemeTablesEmbed.v1"
 
@@ -45,8 +46,11 @@ def variant_config(base: Path, name: str):
         if model["tok2vec"].get("@architectures") != LEXEME_EMBED:
             return None
         model["tok2vec"] = model["tok2vec"]["embed"]
-    elif name == "+learned_alphas":
-        model["learn_word_alpha"] = model["learn_char_alpha"] = True
+    elif name in ("+learned_alphas", "-learned_alphas"):
+        on = name.startswith("+")
+        if model.get("learn_word_alpha", False) == on and model.get("learn_char_alpha", False) == on:
+            return None  # the base already is this variant
+        model["learn_word_alpha"] = model["learn_char_alpha"] = on
     elif name in ("+char_cnn", "+second_pass"):
         model[name[1:]] = True
     return config
