@@ -87,13 +87,17 @@ def test_ablation_trains_evaluates_and_writes_its_section(tmp_path):
     results = tmp_path / "RESULTS.md"
     subprocess.run([sys.executable, ROOT / "project" / "scripts" / "ablation.py", corpus, tmp_path / "out",
                     "--config", ROOT / "configs" / "demo.cfg", "--variants", "full,-char_fofe,-lexeme_tables",
-                    "--max-steps", "40", "--results", results], check=True, capture_output=True)
+                    "--max-steps", "40", "--speed-rounds", "1", "--results", results], check=True, capture_output=True)
     rows = json.loads((tmp_path / "out" / "ablation.json").read_text())
     assert [row["variant"] for row in rows] == ["full", "-char_fofe"]  # demo.cfg has no lexeme tables
     assert all(0.0 <= row[split] <= 100.0 for row in rows for split in ("dev", "test"))
+    assert all(row["words_per_second"] > 0 for row in rows)
     config = (tmp_path / "out" / "-char_fofe" / "config.cfg").read_text()
     assert "char_fofe = false" in config
-    assert "## Ablation on corpus" in results.read_text() and "| -char_fofe |" in results.read_text()
+    section = results.read_text()
+    assert "## Ablation on corpus" in section and "| -char_fofe |" in section
+    ratio = rows[1]["words_per_second"] / rows[0]["words_per_second"]
+    assert "| words/s | words/s vs full |" in section and f"| {ratio:.2f}x |" in section
 
 
 def germeval_cnn_args():

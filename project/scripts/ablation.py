@@ -17,7 +17,10 @@ also reads the first pass's decisions);
 (trained on the sentence docs and the documents together); `+pretraining` (`spacy pretrain` on
 --raw-text first, then --paths.init_tok2vec). With --docs-corpus every variant is also tested on
 the documents, as a user's whole documents reach it; with --strict (nested data) the table also
-gives GermEval's strict level-aware test F1.
+gives GermEval's strict level-aware test F1. Each variant's words/s (`nlp.pipe` over the test
+texts, batch 1000, best of 3, as scripts/benchmark.py measures) is taken in --speed-rounds
+alternating rounds, the best of its rounds kept, so that drift of the machine's speed reaches
+every variant alike; the cost of a variant is its ratio to `full` in this run.
 """
 
 import argparse
@@ -34,6 +37,7 @@ VARIANTS = ("full", *(f"-{g}" for g in GROUPS), "-lexeme_tables", "+learned_alph
             "+second_pass", "+documents", "+both_forms", "+pretraining")
 NEEDS_DOCS = ("+documents", "+both_forms")
 LEXEME_EMBED = "spacy_fofe.LexemeTablesEmbed.v1"
+BENCHMARK = Path(__file__).with_name("benchmark.py")
 
 
 def variant_config(base: Path, name: str):
@@ -117,6 +121,18 @@ def evaluate(args, name: str, model: Path) -> dict:
     return scores
 
 
+def words_per_second(args, models: dict, rounds: int) -> dict:
+    """Each model's best words/s on the test texts over `rounds` rounds that take the models in turn."""
+    best = {}
+    for round_ in range(rounds):
+        for name, model in models.items():
+            print(f"== {name}: words/s, round {round_ + 1} of {rounds}", flush=True)
+            result = Path(args.out) / name / "speed.json"
+            run([sys.executable, BENCHMARK, "--measure", model, Path(args.corpus) / "test.spacy", result])
+            best[name] = max(best.get(name, 0), json.loads(result.read_text())["words_per_second"])
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("corpus", help="folder with train.spacy, dev.spacy, test.spacy")
@@ -129,6 +145,7 @@ def main() -> None:
     parser.add_argument("--raw-text", default=None, help="JSON lines of raw text (+pretraining)")
     parser.add_argument("--pretrain-epochs", type=int, default=10)
     parser.add_argument("--strict", action="store_true", help="also give GermEval's strict (level-aware) test F1")
+    parser.add_argument("--speed-rounds", type=int, default=2, help="rounds of words/s measurement (0: none)")
     parser.add_argument("--results", default=str(RESULTS), help="the results file whose section this rewrites")
     args = parser.parse_args()
     names = args.variants.split(",")
@@ -140,21 +157,26 @@ def main() -> None:
             parser.error(f"{name} needs --docs-corpus")
         if name == "+pretraining" and not args.raw_text:
             parser.error("+pretraining needs --raw-text")
-    rows = []
+    rows, models = [], {}
     for name in names:
         if variant_config(Path(args.config), name) is None:
             print(f"== {name}: does not apply to {args.config}; skipped")
             continue
         print(f"== {name}", flush=True)
-        rows.append({"variant": name, **evaluate(args, name, train_variant(args, name))})
+        models[name] = train_variant(args, name)
+        rows.append({"variant": name, **evaluate(args, name, models[name])})
+    if args.speed_rounds > 0:
+        speed = words_per_second(args, models, args.speed_rounds)
+        for row in rows:
+            row["words_per_second"] = speed[row["variant"]]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "ablation.json").write_text(json.dumps(rows, indent=2))
     full = next((row for row in rows if row["variant"] == "full"), None)
-    documents = bool(args.docs_corpus)
-    lines = ["| variant | dev F1 | test F1 | test vs full |" + (" test strict F1 |" if args.strict else "")
-             + (" test F1, documents |" if documents else ""),
-             "|---|---|---|---|" + ("---|" if args.strict else "") + ("---|" if documents else "")]
+    documents, speed = bool(args.docs_corpus), args.speed_rounds > 0
+    header = ["variant", "dev F1", "test F1", "test vs full"] + (["test strict F1"] if args.strict else []) \
+        + (["test F1, documents"] if documents else []) + (["words/s", "words/s vs full"] if speed else [])
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         delta = f"{row['test'] - full['test']:+.2f}" if full and row is not full else ""
         cells = [row["variant"], f"{row['dev']:.2f}", f"{row['test']:.2f}", delta]
@@ -162,6 +184,9 @@ def main() -> None:
             cells.append(f"{row['test_strict']:.2f}")
         if documents:
             cells.append(f"{row['test_documents']:.2f}")
+        if speed:
+            ratio = row["words_per_second"] / full["words_per_second"] if full and row is not full else None
+            cells += [f"{row['words_per_second']:,}", f"{ratio:.2f}x" if ratio else ""]
         lines.append("| " + " | ".join(cells) + " |")
     table = "\n".join(lines) + "\n"
     (out / "ablation.md").write_text(table)
@@ -171,7 +196,9 @@ def main() -> None:
             f"Span F1 under `sc` of each variant's model-best (untuned), {args.max_steps} steps, seed {args.seed}; "
             "`-x`: feature group or resource x off, `+x`: addition x on (see scripts/ablation.py); dev of "
             "+documents is the documents' dev; test on the sentence docs, and on the same text as whole "
-            "documents where given.\n\n" + table)
+            "documents where given" + ("; words/s: `nlp.pipe` over the test texts, batch 1000, best of 3 in each "
+                                      f"of {args.speed_rounds} alternating rounds, the best kept" if speed else "")
+            + ".\n\n" + table)
     write_section(f"Ablation on {Path(args.corpus).name}", body, configs=[args.config], path=Path(args.results))
     print(table)
 
