@@ -19,7 +19,7 @@ from spacy.tokens import Doc, Span, SpanGroup
 from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.util import filter_spans
 from spacy.vocab import Vocab
-from thinc.api import Config, Model, set_dropout_rate
+from thinc.api import Config, Model, Optimizer, set_dropout_rate
 from thinc.types import Floats2d
 
 from .decoding import Candidate, Level, decode, levels_from
@@ -80,6 +80,7 @@ def make_fofe_ner(
     overlap_rate: float,
     disjoint_rate: float,
     ents: str,
+    learn_rate_scale: float,
     scorer: Optional[Callable],
 ) -> "FOFENER":
     # spaCy reads the settings' names and types from this signature; Settings holds the rest.
@@ -329,6 +330,19 @@ class FOFENER(TrainablePipe):
             self.finish_update(sgd)
         losses[self.name] += loss
         return losses
+
+    def finish_update(self, sgd: Optimizer) -> None:
+        """Update the weights with their gradients, at learn_rate_scale times the optimizer's rate
+        (weights inside a shim, e.g. a PyTorch layer, keep the optimizer's rate)."""
+        for node in self.model.walk():
+            for shim in node.shims:
+                shim.finish_update(sgd)
+        for node in self.model.walk():
+            for name in node.param_names:
+                if node.has_grad(name):
+                    param, grad = sgd((node.id, name), node.get_param(name), node.get_grad(name),
+                                      lr_scale=self.cfg["learn_rate_scale"])
+                    node.set_param(name, param)
 
     def get_loss(self, examples: Iterable[Example], predictions: Tuple[numpy.ndarray, Floats2d]):
         """Cross-entropy of the given fragments' probabilities against their gold labels."""

@@ -37,6 +37,9 @@ class Settings:
         those sharing tokens with a gold span and those that do not.
     ents: "overwrite" doc.ents with the outer level, "keep" entities already there and add
         ours only where they do not overlap, or "off".
+    learn_rate_scale: this component's weights learn at this multiple of the optimizer's rate
+        (a scorer trained from scratch over a fine-tuned transformer needs a larger rate than
+        the transformer under it; the transformer keeps the optimizer's).
     """
 
     spans_key: str = "sc"
@@ -53,6 +56,7 @@ class Settings:
     overlap_rate: float = 1.0
     disjoint_rate: float = 0.5
     ents: str = "overwrite"
+    learn_rate_scale: float = 1.0
 
     def check(self, name: str = "fofe_ner") -> None:
         """Raise ValueError, naming the setting, for an impossible value."""
@@ -80,6 +84,9 @@ class Settings:
             fail("nested", "must be true, false or null")
         if self.ents not in ENTS_MODES:
             fail("ents", f"use one of {list(ENTS_MODES)}")
+        scale = self.learn_rate_scale
+        if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not 0.0 < scale < float("inf"):
+            fail("learn_rate_scale", "must be a number > 0")
         if not isinstance(self.spans_key, str) or not self.spans_key:
             fail("spans_key", "must be a non-empty string")
 

@@ -163,10 +163,39 @@ def test_no_labels_in_the_data_is_a_clear_error():
 
 @pytest.mark.parametrize("setting,value", [("max_length", 0), ("threshold", 1.5), ("overlap_rate", -0.1),
                                            ("disjoint_rate", 2), ("decoding", "best"), ("ents", "maybe"),
-                                           ("max_depth", 0), ("nested_threshold", -1)])
+                                           ("max_depth", 0), ("nested_threshold", -1),
+                                           ("learn_rate_scale", 0), ("learn_rate_scale", float("inf"))])
 def test_invalid_settings_are_rejected_with_their_name(setting, value):
     with pytest.raises(ValueError, match=setting):
         spacy.blank("en").add_pipe("fofe_ner", config={setting: value})
+
+
+@pytest.mark.parametrize("scale", [1.0, 10.0])
+def test_learn_rate_scale_multiplies_every_weight_step(scale):
+    """A plain SGD update moves every weight by learn_rate_scale times its step at scale 1."""
+    from thinc.api import SGD
+
+    def step(scale):
+        spacy.util.fix_random_seed(0)
+        nlp = spacy.blank("en")
+        nlp.add_pipe("fofe_ner", config={"model": SMALL_MODEL})
+        examples = make_examples(nlp, NESTED)
+        nlp.initialize(lambda: examples)
+        sgd = SGD(0.01, L2=0.0, grad_clip=0.0)
+        nlp.update(examples, sgd=sgd)  # the output layer starts at zero: after one step every layer has a gradient
+        ner = nlp.get_pipe("fofe_ner")
+        ner.cfg["learn_rate_scale"] = scale
+        params = [(i, node, name) for i, node in enumerate(ner.model.walk()) for name in node.param_names]
+        before = {(i, name): node.get_param(name).copy() for i, node, name in params}
+        spacy.util.fix_random_seed(1)  # the same NONE fragments sampled for both scales
+        nlp.update(examples, sgd=sgd)
+        return {(i, name): node.get_param(name) - before[(i, name)] for i, node, name in params}
+
+    base, scaled = step(1.0), step(scale)
+    moved = [key for key, change in base.items() if numpy.abs(change).max() > 0]
+    assert len(moved) >= 6  # the embeddings, the character table, the projection, hidden and output layers
+    for key in moved:
+        numpy.testing.assert_allclose(scaled[key], scale * base[key], rtol=1e-3, atol=1e-6)  # float32 rounding
 
 
 def test_editing_cfg_checks_the_new_value_and_keeps_the_old_one(trained):

@@ -35,6 +35,7 @@ PER_USE = {
     "nlp.batch_size": "a transformer's batches are bound by memory",
     "training.optimizer.use_averages": "a fine-tuned transformer is not averaged, as in spaCy's transformer configs",
     "training.optimizer.learn_rate": "a fine-tuned transformer warms up to a small rate",
+    "components.fofe_ner.learn_rate_scale": "the scorer over a fine-tuned transformer learns faster than it",
 }
 
 
@@ -82,6 +83,4 @@ def test_config_builds_initializes_and_overfits_a_few_docs(path, tmp_path):
         losses.append(nlp.update(examples, sgd=optimizer, losses={})["fofe_ner"])
         optimizer.step_schedules()  # as spacy train does after each update
     assert losses[-1] < losses[0] / 2, losses
-    if "transformer" in path.name:
-        return  # 150 updates at a fine-tuned transformer's rate lower the loss but do not overfit every span
     assert [predicted(nlp(text), cfg["spans_key"]) for text, _ in data] == [sorted(spans) for _, spans in data]
