@@ -79,6 +79,34 @@ def test_ablation_trains_both_forms_from_one_folder_each(tmp_path):
 
 
 @pytest.mark.slow
+def test_an_interrupted_training_is_trained_again_not_reused(tmp_path, monkeypatch):
+    """A killed `spacy train` leaves a model-best of its last evaluation: the benchmark and the
+    ablation reuse only trainings that finished, and drop what was derived from the old model."""
+    benchmark, ablation = load_benchmark_script(), load_benchmark_script("ablation")
+    commands = []
+    monkeypatch.setattr(benchmark, "run_measured", lambda command: (commands.append(command), (1.0, 10.0))[1])
+    monkeypatch.setattr(ablation, "run", commands.append)
+    config = benchmark.fofe_config(argparse.Namespace(fofe_config=None, small=True, nested=True, lang="en",
+                                                      max_length=7), False)
+    args = argparse.Namespace(out=str(tmp_path / "bench"), max_steps=5, corpus="corpus", gpu_id=-1, vectors=None)
+    unfinished = tmp_path / "bench" / "fofe_ner"
+    (unfinished / "model-best").mkdir(parents=True)
+    (unfinished / "model-tuned").mkdir()
+    assert benchmark.train(args, "fofe_ner", config, False) == {"train_seconds": 1.0, "train_peak_mb": 10}
+    assert len(commands) == 1 and not (unfinished / "model-tuned").exists()
+    assert benchmark.train(args, "fofe_ner", config, False)["train_seconds"] == 1.0 and len(commands) == 1
+
+    args = argparse.Namespace(out=str(tmp_path / "abl"), config=str(ROOT / "configs" / "demo.cfg"), corpus="corpus",
+                              docs_corpus=None, max_steps=5, seed=0)
+    variant = tmp_path / "abl" / "full"
+    (variant / "model-best").mkdir(parents=True)
+    (variant / "test.json").write_text("{}")
+    ablation.train_variant(args, "full")
+    assert len(commands) == 2 and not (variant / "test.json").exists()
+    ablation.train_variant(args, "full")
+    assert len(commands) == 2  # finished: reused
+
+
 def test_ablation_trains_evaluates_and_writes_its_section(tmp_path):
     corpus = tmp_path / "corpus"
     for split in ("train", "dev", "test"):

@@ -1,8 +1,8 @@
 """Ablation: fofe_ner with each feature group switched off and each addition switched on, one
 config, the same steps and seed; dev and test span F1 of each run's model-best (untuned, so the
 rows differ only in the model). Writes OUT/ablation.json, OUT/ablation.md and the corpus's
-"Ablation" section of project/RESULTS.md. A variant whose OUT/<name>/model-best exists is not
-trained again, so an interrupted run resumes.
+"Ablation" section of project/RESULTS.md. A variant whose training finished (OUT/<name>/trained.json)
+is not trained again, so an interrupted run resumes; one interrupted in training is trained again.
 
     python scripts/ablation.py corpus/conll metrics/ablation-conll --config ../configs/conll.cfg \
         --docs-corpus corpus/conll-docs --raw-text corpus/conll/raw.jsonl
@@ -38,6 +38,7 @@ VARIANTS = ("full", *(f"-{g}" for g in GROUPS), "-lexeme_tables", "+learned_alph
 NEEDS_DOCS = ("+documents", "+both_forms")
 LEXEME_EMBED = "spacy_fofe.LexemeTablesEmbed.v1"
 BENCHMARK = Path(__file__).with_name("benchmark.py")
+FINISHED = "trained.json"  # written in a variant's folder when its training has finished
 
 
 def variant_config(base: Path, name: str):
@@ -83,9 +84,15 @@ def training_paths(args, name: str, out: Path):
 
 
 def train_variant(args, name: str) -> Path:
+    """Train a variant, or reuse a finished one: FINISHED is written only when its training (and
+    pretraining) ended, so the model-best of an interrupted run is trained again, not reused."""
     out = Path(args.out) / name
-    if (out / "model-best").exists():
+    if (out / FINISHED).exists() and (out / "model-best").exists():
         return out / "model-best"
+    if (out / "model-best").exists():
+        print(f"== {name}: {out} holds an unfinished training (no {FINISHED}): training it again", flush=True)
+    for scores in out.glob("*.json"):  # scores of the model this training replaces
+        scores.unlink()
     config = variant_config(Path(args.config), name)
     out.mkdir(parents=True, exist_ok=True)
     config.to_disk(out / "config.cfg")
@@ -98,6 +105,7 @@ def train_variant(args, name: str) -> Path:
              "--paths.raw_text", args.raw_text, "--pretraining.max_epochs", args.pretrain_epochs])
         command += ["--paths.init_tok2vec", out / "pretrain" / f"model{args.pretrain_epochs - 1}.bin"]
     run(command)
+    (out / FINISHED).write_text(json.dumps({"max_steps": args.max_steps, "seed": args.seed}))
     return out / "model-best"
 
 

@@ -1,7 +1,7 @@
 """Benchmark fofe_ner against spaCy's ner and spancat on one corpus, on this machine, in one run.
 
-For each system (and each vectors setting) it trains a pipeline (or reuses one already trained
-under OUT/<name>/model-best), every system with the same --max-steps and the same corpus
+For each system (and each vectors setting) it trains a pipeline (or reuses one whose training
+finished under OUT/<name>), every system with the same --max-steps and the same corpus
 reader, spaCy's peers with the hash tables and the optimizer settings of fofe_ner's config
 (the systems `spancat-stock` and `ner-stock` are spaCy's CPU efficiency configs as `spacy init
 config` writes them, only the n-gram sizes and the reader set);
@@ -22,6 +22,7 @@ corpus's section of project/RESULTS.md (--results).
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -127,10 +128,15 @@ def for_training(config, max_steps: int):
 
 
 def train(args, name, config, vectors):
+    """Train one system, or reuse a finished training: train_time.json is written only when
+    `spacy train` has finished, so the model-best of an interrupted one is trained again, not reused."""
     out = Path(args.out) / name
+    info = out / "train_time.json"
+    if info.exists() and (out / "model-best").exists():
+        return json.loads(info.read_text())
     if (out / "model-best").exists():
-        info = out / "train_time.json"
-        return json.loads(info.read_text()) if info.exists() else {"train_seconds": None, "train_peak_mb": None}
+        print(f"== {name}: {out} holds an unfinished training (no train_time.json): training it again")
+    shutil.rmtree(out / "model-tuned", ignore_errors=True)  # tuned from the model this training replaces
     out.mkdir(parents=True, exist_ok=True)
     for_training(config, args.max_steps).to_disk(out / "config.cfg")
     corpus = Path(args.corpus)
@@ -140,9 +146,9 @@ def train(args, name, config, vectors):
     if vectors:
         command += ["--paths.vectors", args.vectors]
     seconds, peak = run_measured(command)
-    info = {"train_seconds": round(seconds, 1), "train_peak_mb": round(peak)}
-    (out / "train_time.json").write_text(json.dumps(info))
-    return info
+    times = {"train_seconds": round(seconds, 1), "train_peak_mb": round(peak)}
+    info.write_text(json.dumps(times))
+    return times
 
 
 def tune(args, name) -> Path:
