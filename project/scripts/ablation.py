@@ -174,9 +174,9 @@ def main() -> None:
         models[name] = train_variant(args, name)
         rows.append({"variant": name, **evaluate(args, name, models[name])})
     if args.speed_rounds > 0:
-        speed = words_per_second(args, models, args.speed_rounds)
+        measured = words_per_second(args, models, args.speed_rounds)
         for row in rows:
-            row["words_per_second"] = speed[row["variant"]]
+            row["words_per_second"] = measured[row["variant"]]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "ablation.json").write_text(json.dumps(rows, indent=2))
