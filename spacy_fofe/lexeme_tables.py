@@ -10,9 +10,10 @@ unseen surname gets the row of the surnames the training data has.
 `LexemeTablesEmbed` adds, to any token embedding, an embedding of each token's table
 entries looked up by its ORTH and/or LOWER form (a hash table per table and attribute,
 mixed by a maxout layer as in spaCy's MultiHashEmbed; log frequencies are floored to whole
-numbers first). The tables are copied into the model at initialize, as sorted hash/value
-arrays (12 bytes a word per table), so a trained pipeline needs no lookups package at run
-time. A table in the vocab (`[initialize.lookups]`) takes precedence over the package's.
+numbers first; each distinct row of a batch is embedded once, rows_once.py). The tables are
+copied into the model at initialize, as sorted hash/value arrays (12 bytes a word per table),
+so a trained pipeline needs no lookups package at run time. A table in the vocab
+(`[initialize.lookups]`) takes precedence over the package's.
 """
 
 from typing import List, Sequence, Tuple
@@ -24,6 +25,8 @@ from spacy.tokens import Doc
 from spacy.util import load_language_data, registry
 from thinc.api import HashEmbed, Maxout, Model, chain, concatenate, list2ragged, ragged2list, with_array
 from thinc.types import Floats2d, Ints2d
+
+from .rows_once import embed_rows_once, is_row_embedding
 
 MISSING = numpy.iinfo("int32").min  # the value of a word a table does not have: one shared row
 CLUSTER_TABLE = "lexeme_cluster"
@@ -71,12 +74,14 @@ def LexemeTablesEmbed(
     column_rows = [rows[t] for t in range(len(tables)) for _ in attrs]
     column_rows += [cluster_rows] * (len(cluster_prefix_bits) * len(attrs))
     embeddings = [HashEmbed(width, n_rows, column=i, seed=101 + i, dropout=0.0) for i, n_rows in enumerate(column_rows)]
-    table_embed = chain(
+    table_embed = embed_rows_once(chain(
         lookup,
         list2ragged(),
         with_array(chain(concatenate(*embeddings), Maxout(width, width * len(column_rows), nP=3, normalize=True))),
         ragged2list(),
-    )
+    ))
+    if is_row_embedding(embed):  # e.g. spaCy's MultiHashEmbed: its rows too are embedded once
+        embed = embed_rows_once(embed)
     return Model("lexeme_tables_embed", _sum_forward, init=_sum_init, layers=[embed, table_embed], dims={"nO": width})
 
 

@@ -13,7 +13,8 @@ learnt from (GermEval dev span F1 +0.6 and +1.1 on two checkpoints of one model,
 the unseen ids as they are). With `word_dropout` 0 the layer passes every id through.
 
 `WordDropoutHashEmbed` is spaCy's MultiHashEmbed.v2 with that layer put between the feature
-extractor and the hash tables. The known ids are saved with the model (8 bytes a word type).
+extractor and the hash tables (and, without static vectors, each distinct row embedded once:
+rows_once.py). The known ids are saved with the model (8 bytes a word type).
 """
 
 from typing import List, Sequence, Union
@@ -25,6 +26,8 @@ from spacy.tokens import Doc
 from spacy.util import registry
 from thinc.api import Model, chain
 from thinc.types import Floats2d, Ints2d
+
+from .rows_once import embed_rows_once
 
 WORD_ATTRS = ("ORTH", "NORM", "LOWER")
 WORD_ATTR_IDS = {intify_attr(name) for name in WORD_ATTRS}
@@ -51,7 +54,8 @@ def WordDropoutHashEmbed(
                          f"{list(WORD_ATTRS)}, so there is no word identity to drop")
     model = MultiHashEmbed(width=width, attrs=attrs, rows=rows, include_static_vectors=include_static_vectors)
     _insert_after_extractor(model, word_dropout_layer(columns, word_dropout))
-    return model
+    # Static vectors are concatenated onto the hash rows, so that layout is not a row embedding.
+    return model if include_static_vectors else embed_rows_once(model)
 
 
 def word_dropout_layer(columns: Sequence[int], rate: float) -> Model[List[Ints2d], List[Ints2d]]:
