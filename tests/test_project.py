@@ -157,20 +157,26 @@ def test_benchmark_peers_get_the_fofe_configs_optimizer():
 
 
 def test_benchmark_peers_get_the_fofe_configs_lexeme_tables(tmp_path):
-    """With fofe_ner's embedding wrapped in LexemeTablesEmbed, the peers' MultiHashEmbed is wrapped the same way."""
+    """With fofe_ner's embedding wrapped in LexemeTablesEmbed, as its tok2vec (conll.cfg) or as a Tok2Vec's
+    embed, the peers' MultiHashEmbed is wrapped the same way."""
     benchmark = load_benchmark_script()
     fofe = benchmark.fofe_config(germeval_cnn_args(), False)
-    tok2vec = fofe["components"]["fofe_ner"]["model"]["tok2vec"]
+    model = fofe["components"]["fofe_ner"]["model"]
     _, words = benchmark.fofe_embedding(fofe)
     tables = {"@architectures": "spacy_fofe.LexemeTablesEmbed.v1", "width": words["width"],
-              "tables": ["lexeme_cluster"], "attrs": ["ORTH"], "rows": [300]}
+              "tables": ["lexeme_cluster"], "attrs": ["ORTH"], "rows": [300], "cluster_prefix_bits": [4]}
+    encode = {"@architectures": "spacy.MaxoutWindowEncoder.v2", "width": words["width"], "depth": 1,
+              "window_size": 1, "maxout_pieces": 3}
     peers = {}
-    for name, embed in (("plain", words), ("tables", {**tables, "embed": words})):
-        tok2vec["embed"] = embed
+    for name, tok2vec in (("plain", words), ("tables", {**tables, "embed": words}),
+                          ("tok2vec", {"@architectures": "spacy.Tok2Vec.v2", "embed": {**tables, "embed": words},
+                                       "encode": encode})):
+        model["tok2vec"] = tok2vec
         fofe.to_disk(tmp_path / f"{name}.cfg")
         args = germeval_cnn_args()
         args.fofe_config = str(tmp_path / f"{name}.cfg")
         peers[name] = benchmark.spacy_config(args, "spancat", False)["components"]["tok2vec"]["model"]["embed"]
+    assert peers["tok2vec"] == peers["tables"]
     assert {key: peers["tables"][key] for key in tables} == tables
     assert peers["tables"]["embed"] == peers["plain"]
     assert peers["plain"]["@architectures"] == "spacy.MultiHashEmbed.v2"

@@ -60,9 +60,10 @@ LEXEME_EMBED = "spacy_fofe.LexemeTablesEmbed.v1"
 
 def fofe_embedding(fofe):
     """(the fofe_ner config's LexemeTablesEmbed settings without its inner embed, or None; the
-    block that embeds the words: the wrapped one, or the tok2vec's embed, or the tok2vec)."""
+    block that embeds the words: the wrapped one, or the tok2vec's embed, or the tok2vec).
+    The tables are the tok2vec itself (conll.cfg, germeval.cfg) or its embed (a Tok2Vec's)."""
     tok2vec = fofe["components"]["fofe_ner"]["model"]["tok2vec"]
-    embed = tok2vec.get("embed", tok2vec)
+    embed = tok2vec if tok2vec.get("@architectures") == LEXEME_EMBED else tok2vec.get("embed", tok2vec)
     if embed.get("@architectures") != LEXEME_EMBED:
         return None, embed
     return {key: value for key, value in embed.items() if key != "embed"}, embed["embed"]
@@ -128,17 +129,22 @@ def for_training(config, max_steps: int):
 
 
 def train(args, name, config, vectors):
-    """Train one system, or reuse a finished training: train_time.json is written only when
-    `spacy train` has finished, so the model-best of an interrupted one is trained again, not reused."""
+    """Train one system, or reuse a finished training of the same config: train_time.json is written
+    only when `spacy train` has finished, so the model-best of an interrupted one is trained again, not
+    reused, and so is one whose config.cfg differs from this run's (a changed config or --max-steps)."""
     out = Path(args.out) / name
     info = out / "train_time.json"
-    if info.exists() and (out / "model-best").exists():
+    config_text = for_training(config, args.max_steps).to_str()
+    same_config = (out / "config.cfg").exists() and (out / "config.cfg").read_text() == config_text
+    if info.exists() and (out / "model-best").exists() and same_config:
         return json.loads(info.read_text())
     if (out / "model-best").exists():
-        print(f"== {name}: {out} holds an unfinished training (no train_time.json): training it again")
+        why = "a different config" if info.exists() else "an unfinished training (no train_time.json)"
+        print(f"== {name}: {out} holds {why}: training it again")
     shutil.rmtree(out / "model-tuned", ignore_errors=True)  # tuned from the model this training replaces
+    info.unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
-    for_training(config, args.max_steps).to_disk(out / "config.cfg")
+    (out / "config.cfg").write_text(config_text)
     corpus = Path(args.corpus)
     command = [sys.executable, "-m", "spacy", "train", str(out / "config.cfg"), "--output", str(out),
                "--paths.train", str(corpus / "train.spacy"), "--paths.dev", str(corpus / "dev.spacy"),
