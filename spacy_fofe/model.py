@@ -29,7 +29,7 @@ from .position_codes import (
     sentence_lengths,
     sentence_start_flags,
 )
-from .projection import DECISION_BLOCKS, FragmentProjection, blocks_of
+from .projection import DECISION_BLOCKS, LENGTH_ROWS, FragmentProjection, blocks_of
 
 InT = Tuple[List[Doc], Ints2d]
 GROUPS = ("left_context", "right_context", "bag_of_words", "char_fofe", "char_cnn")
@@ -61,6 +61,7 @@ def build_fofe_ner_model(
     char_cnn_width: int = 32,
     char_cnn_window: int = 1,
     second_pass: bool = False,
+    length_bias: bool = False,
     nO: Optional[int] = None,
 ) -> Model[InT, Floats2d]:
     """Build the FOFE fragment scorer over any tok2vec.
@@ -77,6 +78,8 @@ def build_fofe_ner_model(
         char_width-wide embeddings of its own).
     second_pass: score again with a second net of the same shape that also reads the first
         pass's decisions about the fragments around (second_pass.py); the scorer runs twice.
+    length_bias: add a learned row per fragment length (1 to LENGTH_ROWS tokens, longer ones
+        sharing the last) to the first layer, since no other feature tells the net the length.
     stop_at_sentences: restart the FOFE codes at each sentence start a doc has, instead of
         letting the context of a whole document reach across its sentences.
     """
@@ -90,8 +93,9 @@ def build_fofe_ner_model(
                                learn_alpha=learn_char_alpha) if char_fofe else None
     cnn = CharCNNCodes(char_cnn_width, char_width, n_char_buckets, char_cnn_window) if char_cnn else None
     codes = PositionCodes(tok2vec, word_codes, char_codes, stop_at_sentences, char_cnn=cnn)
+    nL = LENGTH_ROWS if length_bias else 0
     projection = FragmentProjection(blocks_of(groups), nO=hidden_width, nC=char_width if char_fofe else 0,
-                                    dropout=dropout, nF=char_cnn_width if char_cnn else 0)
+                                    dropout=dropout, nF=char_cnn_width if char_cnn else 0, nL=nL)
     scorer, output = _scorer(hidden_width, depth, dropout, nO)
     layers = [codes, chain(projection, scorer)]
     refs = {"codes": codes, "tok2vec": tok2vec, "projection": projection, "word_codes": word_codes,
@@ -99,7 +103,7 @@ def build_fofe_ner_model(
     if second_pass:
         projection2 = FragmentProjection(blocks_of(groups) + list(DECISION_BLOCKS), nO=hidden_width,
                                          nC=char_width if char_fofe else 0, dropout=dropout,
-                                         nF=char_cnn_width if char_cnn else 0, nD=None)  # nD: labels, at init
+                                         nF=char_cnn_width if char_cnn else 0, nD=None, nL=nL)  # nD: at init
         scorer2, output2 = _scorer(hidden_width, depth, dropout, nO)
         layers.append(chain(projection2, scorer2))
         refs.update({"projection2": projection2, "scorer2": scorer2, "output2": output2})

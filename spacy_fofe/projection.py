@@ -52,6 +52,8 @@ SOURCES = {
 }
 
 InT = Tuple[Codes, Ints2d]
+# With a length bias, fragments of this many tokens or more share its last row.
+LENGTH_ROWS = 16
 
 
 @registry.layers("spacy_fofe.FragmentProjection.v1")
@@ -63,19 +65,23 @@ def FragmentProjection(
     dropout: float = 0.0,
     nF: int = 0,
     nD: Optional[int] = 0,
+    nL: int = 0,
 ) -> Model[InT, Floats2d]:
-    """ReLU(W . features + b) of every fragment (doc index, start, end), from position codes.
+    """ReLU(W . features + b + L[length]) of every fragment (doc index, start, end), from position codes.
 
     blocks: the column blocks of W in order (FEATURE_BLOCKS' values); nI: the token vector
     width (word blocks); nC: the character embedding width (character blocks); nF: the
-    character CNN's filters (its block); nD: the labels (the decision blocks of a second pass).
+    character CNN's filters (its block); nD: the labels (the decision blocks of a second pass);
+    nL: rows of the length bias L, one per fragment length (0: none). No code tells the net a
+    fragment's length (the bag of words is a mean), and a row per length costs one addition.
     """
     return Model(
         "fragment_projection",
         _forward,
         init=_init,
-        dims={"nO": nO, "nI": nI, "nC": nC, "nF": nF, "nD": nD},
-        params={"W": None, "b": None},
+        dims={"nO": nO, "nI": nI, "nC": nC, "nF": nF, "nD": nD, "nL": nL},
+        # L only where it is used: pipelines saved without it load, and count as initialized.
+        params={"W": None, "b": None, **({"L": None} if nL else {})},
         attrs={"blocks": list(blocks), "dropout_rate": dropout},
     )
 
@@ -84,6 +90,13 @@ def _init(model: Model, X=None, Y=None) -> None:
     n_in = max(column.stop for column in columns(model).values())
     model.set_param("W", glorot_uniform_init(model.ops, (model.get_dim("nO"), n_in)))
     model.set_param("b", model.ops.alloc1f(model.get_dim("nO")))
+    if length_rows(model):
+        model.set_param("L", model.ops.alloc2f(length_rows(model), model.get_dim("nO")))
+
+
+def length_rows(model: Model) -> int:
+    """The rows of the length bias; 0 without one (pipelines saved before it lack the dim)."""
+    return model.get_dim("nL") if model.has_dim("nL") else 0
 
 
 def columns(model: Model) -> Dict[str, slice]:
@@ -119,6 +132,10 @@ def _forward(model: Model, inputs: InT, is_train: bool) -> Tuple[Floats2d, Calla
     cells = ops.asarray((starts - begin) * n + sizes - 1)
     pre = grid.reshape((-1, nH))[cells]  # a copy: add and clip in place
     pre += model.get_param("b")
+    lengths_at = None
+    if length_rows(model):
+        lengths_at = ops.asarray1i(numpy.minimum(sizes, length_rows(model)) - 1)
+        pre += model.get_param("L")[lengths_at]
     backprop_max = None
     if CHAR_CNN in codes.arrays:
         W = model.get_param("W")[:, columns(model)[CHAR_CNN]]
@@ -136,6 +153,10 @@ def _forward(model: Model, inputs: InT, is_train: bool) -> Tuple[Floats2d, Calla
             d_hidden = d_hidden * mask
         d_pre = ops.backprop_relu(d_hidden, pre)
         model.inc_grad("b", d_pre.sum(axis=0))
+        if lengths_at is not None:
+            d_L = ops.alloc2f(*model.get_param("L").shape)
+            ops.scatter_add(d_L, lengths_at, d_pre)
+            model.inc_grad("L", d_L)
         d_grid = ops.alloc2f(n_tokens * n, nH)
         d_grid[cells] = d_pre  # fragments are distinct, so are their cells: no scatter-add needed
         d_grid = d_grid.reshape((n_tokens, n, nH))

@@ -93,7 +93,7 @@ def test_overfits_a_small_nested_corpus_on_gpu(gpu_ops):
         assert predicted(nlp(text)) == sorted(spans), text
 
 
-@pytest.mark.parametrize("option", ["char_cnn", "second_pass"])
+@pytest.mark.parametrize("option", ["char_cnn", "second_pass", "length_bias"])
 def test_model_options_on_gpu_score_like_cpu_and_train(gpu_ops, tmp_path, option):
     require_cpu()
     spacy.util.fix_random_seed(0)

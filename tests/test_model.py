@@ -12,6 +12,9 @@ from thinc.api import Model
 from spacy_fofe.component import FOFENER
 from spacy_fofe.fragments import enumerate_fragments
 from spacy_fofe.model import build_fofe_ner_model
+from spacy_fofe.projection import LENGTH_ROWS
+
+from helpers import NESTED, SMALL_MODEL, make_examples, predicted, train
 
 DATA = Path(__file__).parent / "data"
 
@@ -55,7 +58,7 @@ def two_sentence_doc(vocab):
 
 @pytest.mark.parametrize("groups", [{}, {"char_fofe": False}, {"left_context": False, "bag_of_words": False},
                                     {"stop_at_sentences": True}, {"learn_word_alpha": True, "learn_char_alpha": True},
-                                    {"char_cnn": True, "char_fofe": False}])
+                                    {"char_cnn": True, "char_fofe": False}, {"length_bias": True}])
 def test_gradients_match_finite_differences(docs, groups, seed=0):
     if groups.get("stop_at_sentences"):
         docs = [two_sentence_doc(docs[0].vocab), docs[1]]
@@ -79,6 +82,8 @@ def test_gradients_match_finite_differences(docs, groups, seed=0):
     d_scores[rows, targets] -= 1.0
     backprop(d_scores)
     checked = [(model.get_ref("tok2vec"), "T"), (model.get_ref("projection"), "W"), (model.get_ref("projection"), "b")]
+    if groups.get("length_bias"):
+        checked.append((model.get_ref("projection"), "L"))
     if model.has_ref("char_codes") is True:
         checked.append((model.get_ref("char_codes"), "E"))
     if model.has_ref("char_cnn") is True:
@@ -158,6 +163,42 @@ def test_chunked_prediction_equals_one_chunk(docs, char_cnn):
     whole = model.predict((docs, fragments))
     model.attrs["chunk_cells"] = 1  # one grid row per chunk
     numpy.testing.assert_allclose(model.predict((docs, fragments)), whole, atol=1e-6)
+
+
+def test_the_length_bias_moves_the_fragments_of_its_length_only():
+    nlp = spacy.blank("en")
+    docs = [nlp(" ".join(["word"] * 20)), nlp("Ann met Bob")]
+    model = build_fofe_ner_model(table_tok2vec(6, 30), hidden_width=8, char_width=4, nO=3, length_bias=True)
+    fragments = enumerate_fragments([len(d) for d in docs], LENGTH_ROWS + 2)
+    model.initialize(X=(docs, fragments))
+    randomize_output(model)
+    sizes = fragments[:, 2] - fragments[:, 1]
+    before = model.predict((docs, fragments))
+    bias = model.get_ref("projection").get_param("L")
+    assert bias.shape == (LENGTH_ROWS, 8) and not bias.any()  # starts as the model without it
+    bias[1] = 5.0  # two-token fragments
+    moved = numpy.abs(model.predict((docs, fragments)) - before).max(axis=1) > 1e-4
+    numpy.testing.assert_array_equal(moved, sizes == 2)
+    bias[1] = 0.0
+    bias[-1] = 5.0  # the last row: every fragment of LENGTH_ROWS tokens or more
+    moved = numpy.abs(model.predict((docs, fragments)) - before).max(axis=1) > 1e-4
+    numpy.testing.assert_array_equal(moved, sizes >= LENGTH_ROWS)
+
+
+def test_a_length_bias_pipeline_overfits_and_saves(tmp_path):
+    spacy.util.fix_random_seed(0)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("fofe_ner", config={"model": {**SMALL_MODEL, "length_bias": True}, "overlap_rate": 1.0,
+                                     "disjoint_rate": 1.0})
+    train(nlp, make_examples(nlp, NESTED), steps=150)
+    for text, spans in NESTED:
+        assert predicted(nlp(text)) == sorted(spans), text
+    assert nlp.get_pipe("fofe_ner").model.get_ref("projection").get_param("L").any()  # it learnt
+    nlp.to_disk(tmp_path / "pipeline")
+    loaded = spacy.load(tmp_path / "pipeline")
+    docs = [nlp.make_doc(text) for text, _ in NESTED]
+    numpy.testing.assert_allclose(loaded.get_pipe("fofe_ner").predict(docs)[1],
+                                  nlp.get_pipe("fofe_ner").predict(docs)[1], atol=1e-6)
 
 
 def test_invalid_architecture_settings_name_the_setting():

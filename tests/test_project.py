@@ -57,7 +57,7 @@ def test_ablation_variants_change_only_what_they_name():
     learned = learned["components"]["fofe_ner"]["model"]
     assert learned["learn_word_alpha"] is (not on) and learned["learn_char_alpha"] is (not on)
     assert ablation.variant_config(base, "+learned_alphas" if on else "-learned_alphas") is None  # the base itself
-    for option in ("char_cnn", "second_pass"):
+    for option in ("char_cnn", "second_pass", "length_bias"):
         changed = ablation.variant_config(base, f"+{option}")["components"]["fofe_ner"]["model"]
         assert changed.pop(option) is True and changed == {k: v for k, v in model.items() if k != option}
     assert ablation.variant_config(ROOT / "configs" / "demo.cfg", "-lexeme_tables") is None  # demo has no tables

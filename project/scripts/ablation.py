@@ -12,7 +12,7 @@ Variants: `full` (the config as it is); `-left_context`, `-right_context`, `-bag
 its inner embedding kept); `+learned_alphas` / `-learned_alphas` (learn_word_alpha and
 learn_char_alpha on / off, where the base has them the other way); `+char_cnn`
 (the character CNN of the fragment next to the character FOFE); `+second_pass` (a second scorer that
-also reads the first pass's decisions);
+also reads the first pass's decisions); `+length_bias` (a first-layer row per fragment length);
 `+documents` (trained on --docs-corpus, a doc per document, `fofe convert --docs`); `+both_forms`
 (trained on the sentence docs and the documents together); `+pretraining` (`spacy pretrain` on
 --raw-text first, then --paths.init_tok2vec). With --docs-corpus every variant is also tested on
@@ -34,7 +34,7 @@ from spacy.util import load_config
 
 GROUPS = ("left_context", "right_context", "bag_of_words", "char_fofe")
 VARIANTS = ("full", *(f"-{g}" for g in GROUPS), "-lexeme_tables", "+learned_alphas", "-learned_alphas", "+char_cnn",
-            "+second_pass", "+documents", "+both_forms", "+pretraining")
+            "+second_pass", "+length_bias", "+documents", "+both_forms", "+pretraining")
 NEEDS_DOCS = ("+documents", "+both_forms")
 LEXEME_EMBED = "spacy_fofe.LexemeTablesEmbed.v1"
 BENCHMARK = Path(__file__).with_name("benchmark.py")
@@ -56,7 +56,7 @@ def variant_config(base: Path, name: str):
         if model.get("learn_word_alpha", False) == on and model.get("learn_char_alpha", False) == on:
             return None  # the base already is this variant
         model["learn_word_alpha"] = model["learn_char_alpha"] = on
-    elif name in ("+char_cnn", "+second_pass"):
+    elif name in ("+char_cnn", "+second_pass", "+length_bias"):
         model[name[1:]] = True
     return config
 
