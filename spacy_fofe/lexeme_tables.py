@@ -10,13 +10,16 @@ unseen surname gets the row of the surnames the training data has.
 `LexemeTablesEmbed` adds, to any token embedding, an embedding of each token's table
 entries looked up by its ORTH and/or LOWER form (a hash table per table and attribute,
 mixed by a maxout layer as in spaCy's MultiHashEmbed; log frequencies are floored to whole
-numbers first; each distinct row of a batch is embedded once, rows_once.py). The tables are
+numbers first; each distinct row of a batch is embedded once, rows_once.py). With
+`hyphen_parts`, a compound such as "NATO-Gipfel" or "Lehmbruck-Museum", which the tables rarely
+hold, also gets the clusters of its first and last part. The tables are
 copied into the model at initialize, as sorted hash/value arrays (12 bytes a word per table),
 so a trained pipeline needs no lookups package at run time. A table in the vocab
 (`[initialize.lookups]`) takes precedence over the package's.
 """
 
-from typing import List, Sequence, Tuple
+from functools import partial
+from typing import Dict, List, Sequence, Tuple
 
 import numpy
 from spacy.attrs import intify_attr
@@ -30,6 +33,8 @@ from .rows_once import embed_rows_once, is_row_embedding
 
 MISSING = numpy.iinfo("int32").min  # the value of a word a table does not have: one shared row
 CLUSTER_TABLE = "lexeme_cluster"
+# Words whose hyphen parts a lookup layer keeps; past this it starts a new cache.
+PART_CACHE_WORDS = 2**20
 
 
 @registry.architectures("spacy_fofe.LexemeTablesEmbed.v1")
@@ -40,6 +45,7 @@ def LexemeTablesEmbed(
     attrs: List[str],
     rows: List[int],
     cluster_prefix_bits: Sequence[int] = (),
+    hyphen_parts: bool = False,
 ) -> Model[List[Doc], List[Floats2d]]:
     """`embed`'s token vectors plus an embedding of the tokens' entries in spaCy lexeme tables.
 
@@ -51,6 +57,9 @@ def LexemeTablesEmbed(
         (a coarser word class: the classic 4/6/10-step prefix features). spaCy stores a path
         reversed as an integer, so its first k steps are the integer's lowest k bits: Berlin (80)
         and München (848) share their first 7. Needs "lexeme_cluster" in tables; its rows are used.
+    hyphen_parts: also embed the clusters of the first and the last part of a word with an inner
+        hyphen ("US" and "Marketing" of "US-Marketing"); a compound rarely has a cluster of its own,
+        though its parts say what it is. Needs "lexeme_cluster" in tables; its rows are used.
     """
     name = "spacy_fofe.LexemeTablesEmbed.v1"
     if not tables or not attrs:
@@ -60,19 +69,22 @@ def LexemeTablesEmbed(
     attr_ids = [intify_attr(attr) for attr in attrs]
     if None in attr_ids:
         raise ValueError(f"{name}: unknown token attribute {attrs[attr_ids.index(None)]!r}")
-    if cluster_prefix_bits and CLUSTER_TABLE not in tables:
-        raise ValueError(f"{name}: cluster_prefix_bits needs {CLUSTER_TABLE!r} in tables")
+    for setting, value in (("cluster_prefix_bits", cluster_prefix_bits), ("hyphen_parts", hyphen_parts)):
+        if value and CLUSTER_TABLE not in tables:
+            raise ValueError(f"{name}: {setting} needs {CLUSTER_TABLE!r} in tables")
     if any(not 1 <= bits <= 31 for bits in cluster_prefix_bits):
         raise ValueError(f"{name}: cluster_prefix_bits must be between 1 and 31, got {cluster_prefix_bits}")
     if embed.has_dim("nO") is True and embed.get_dim("nO") != width:
         raise ValueError(f"{name}: width is {width} but the embed layer's output width is {embed.get_dim('nO')}")
-    lookup = Model("lexeme_lookup", _lookup_forward, init=_lookup_init,
+    # The parts of each word seen, kept by the forward pass and never saved with the model.
+    lookup = Model("lexeme_lookup", partial(_lookup_forward, part_cache={}), init=_lookup_init,
                    attrs={"tables": list(tables), "attr_ids": attr_ids, "keys": [], "values": [],
-                          "prefix_bits": list(cluster_prefix_bits)})
-    # The rows of each id column: every (table, attribute) pair, then per attribute each cluster prefix.
-    cluster_rows = rows[list(tables).index(CLUSTER_TABLE)] if cluster_prefix_bits else 0
+                          "prefix_bits": list(cluster_prefix_bits), "hyphen_parts": hyphen_parts})
+    # The rows of each id column: every (table, attribute) pair, then per attribute each cluster
+    # prefix, then per attribute the clusters of the first and the last hyphen part.
+    cluster_rows = rows[list(tables).index(CLUSTER_TABLE)] if cluster_prefix_bits or hyphen_parts else 0
     column_rows = [rows[t] for t in range(len(tables)) for _ in attrs]
-    column_rows += [cluster_rows] * (len(cluster_prefix_bits) * len(attrs))
+    column_rows += [cluster_rows] * ((len(cluster_prefix_bits) + 2 * hyphen_parts) * len(attrs))
     embeddings = [HashEmbed(width, n_rows, column=i, seed=101 + i, dropout=0.0) for i, n_rows in enumerate(column_rows)]
     table_embed = embed_rows_once(chain(
         lookup,
@@ -159,7 +171,29 @@ def cluster_prefixes(clusters: numpy.ndarray, bits: Sequence[int]) -> List[numpy
     return [numpy.where(clusters == MISSING, MISSING, clusters & ((1 << k) - 1)).astype("int32") for k in bits]
 
 
-def _lookup_forward(model: Model, docs: List[Doc], is_train: bool):
+def hyphen_parts_of(word: str) -> Tuple[int, int]:
+    """The string ids of a word's first and last hyphen-separated part; 0 (no word) for both where
+    no hyphen stands between two other characters ("UN-" and "-Gipfel" have none)."""
+    if "-" not in word.strip("-"):
+        return 0, 0
+    parts = [part for part in word.split("-") if part]
+    return get_string_id(parts[0]), get_string_id(parts[-1])
+
+
+def part_ids(strings, words: numpy.ndarray, cache: Dict[int, Tuple[int, int]]) -> numpy.ndarray:
+    """(len(words), 2) uint64: hyphen_parts_of each word hash, worked out once per distinct word."""
+    distinct, inverse = numpy.unique(words, return_inverse=True)
+    if len(cache) > PART_CACHE_WORDS:
+        cache.clear()
+    parts = numpy.zeros((len(distinct), 2), dtype="uint64")
+    for i, key in enumerate(distinct.tolist()):
+        if key not in cache:
+            cache[key] = hyphen_parts_of(strings[key]) if key in strings else (0, 0)
+        parts[i] = cache[key]
+    return parts[inverse.reshape(-1)]
+
+
+def _lookup_forward(model: Model, docs: List[Doc], is_train: bool, part_cache: Dict[int, Tuple[int, int]]):
     keys, values = model.attrs["keys"], model.attrs["values"]
     if not keys:
         raise ValueError("spacy_fofe.LexemeTablesEmbed.v1: the lexeme tables are not loaded; "
@@ -175,6 +209,11 @@ def _lookup_forward(model: Model, docs: List[Doc], is_train: bool):
         first = model.attrs["tables"].index(CLUSTER_TABLE) * len(attr_ids)
         for a in range(len(attr_ids)):
             columns.extend(cluster_prefixes(columns[first + a], model.attrs["prefix_bits"]))
+    if model.attrs["hyphen_parts"]:
+        table = model.attrs["tables"].index(CLUSTER_TABLE)
+        for a in range(len(attr_ids)):
+            parts = part_ids(docs[0].vocab.strings, words[:, a], part_cache)
+            columns.extend(lookup_values(keys[table], values[table], parts[:, side]) for side in (0, 1))
     ids = numpy.stack(columns, axis=1)
     # HashEmbed hashes uint64 ids; the int32 values (negative ones included) map one to one.
     ids = model.ops.asarray2i(ids.astype("int64").view("uint64"), dtype="uint64")

@@ -4,16 +4,18 @@ import numpy
 import pytest
 import spacy
 from spacy.strings import get_string_id
+from spacy.tokens import Doc
 
-from spacy_fofe.lexeme_tables import MISSING, LexemeTablesEmbed, cluster_prefixes, lookup_values
+from spacy_fofe.lexeme_tables import MISSING, LexemeTablesEmbed, cluster_prefixes, hyphen_parts_of, lookup_values
 from spacy_fofe.word_dropout import WordDropoutHashEmbed
 
 from helpers import LEXEME_TABLES_EMBED, NESTED, overfit_with_tok2vec, predicted, with_tables
 
 
-def embed(width=16, tables=("lexeme_cluster", "lexeme_prob"), attrs=("ORTH", "LOWER"), rows=(50, 20), prefix_bits=()):
+def embed(width=16, tables=("lexeme_cluster", "lexeme_prob"), attrs=("ORTH", "LOWER"), rows=(50, 20), prefix_bits=(),
+          hyphen_parts=False):
     words = WordDropoutHashEmbed(width=width, attrs=["NORM", "SHAPE"], rows=[100, 50], include_static_vectors=False)
-    return LexemeTablesEmbed(words, width, list(tables), list(attrs), list(rows), list(prefix_bits))
+    return LexemeTablesEmbed(words, width, list(tables), list(attrs), list(rows), list(prefix_bits), hyphen_parts)
 
 
 def lookup_layer(model):
@@ -69,6 +71,41 @@ def test_cluster_path_prefixes_are_the_lowest_bits_of_the_cluster_id():
     assert model.predict([nlp("Ann Toronto the")])[0].shape == (3, 16)
 
 
+def test_hyphen_parts_are_the_first_and_last_part_around_inner_hyphens():
+    def parts(word):
+        return [get_string_id(part) if part else 0 for part in part_strings[word]]
+
+    part_strings = {"US-Marketing": ["US", "Marketing"], "Saint-Germain-en-Montagne": ["Saint", "Montagne"],
+                    "a--b": ["a", "b"], "UN-": ["", ""], "-Nominierung": ["", ""], "Paris": ["", ""], "-": ["", ""],
+                    "": ["", ""]}
+    for word in part_strings:
+        assert list(hyphen_parts_of(word)) == parts(word), word
+
+
+def test_a_compound_gets_the_clusters_of_its_parts_and_saves_no_cache():
+    def make():
+        return embed(tables=["lexeme_cluster"], attrs=["ORTH", "LOWER"], rows=[50], hyphen_parts=True)
+
+    nlp = with_tables()
+    model = make()
+    model.initialize(X=[nlp("Ann")])
+    unseen = model.to_bytes()
+    doc = Doc(nlp.vocab, words=["Ann-Toronto", "Paris", "UN-", "Bob-x-paris"])  # as a pretokenized corpus has them
+    # columns: (cluster, ORTH), (cluster, LOWER), then per attribute the first and the last part's cluster
+    expected = [[MISSING, MISSING, 40, 7, MISSING, MISSING],
+                [7, 9, MISSING, MISSING, MISSING, MISSING],
+                [MISSING, MISSING, MISSING, MISSING, MISSING, MISSING],
+                [MISSING, MISSING, 40, 9, MISSING, 9]]
+    assert lookup_layer(model).predict([doc])[0].view("int64").tolist() == expected
+    assert model.predict([doc])[0].shape == (4, 16)
+    # The parts of the words seen are kept for speed, not saved: the model's bytes do not change.
+    assert model.to_bytes() == unseen
+    reloaded = make()
+    reloaded.from_bytes(unseen)
+    assert lookup_layer(reloaded).predict([doc])[0].view("int64").tolist() == expected
+    numpy.testing.assert_allclose(reloaded.predict([doc])[0], model.predict([doc])[0])
+
+
 def test_a_table_in_the_vocab_is_used_before_the_lookups_package():
     nlp = spacy.blank("de")
     nlp.vocab.lookups.add_table("lexeme_cluster", {"Tisch": 12345})
@@ -92,6 +129,8 @@ def test_missing_tables_and_bad_settings_are_clear_errors():
         embed(attrs=["NOT_AN_ATTR"])
     with pytest.raises(ValueError, match="needs 'lexeme_cluster'"):
         embed(tables=["lexeme_prob"], rows=[10], prefix_bits=[4])
+    with pytest.raises(ValueError, match="hyphen_parts needs 'lexeme_cluster'"):
+        embed(tables=["lexeme_prob"], rows=[10], hyphen_parts=True)
     with pytest.raises(ValueError, match="between 1 and 31"):
         embed(prefix_bits=[0])
     nlp = with_tables()
