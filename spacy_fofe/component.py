@@ -40,6 +40,11 @@ word_alpha = 0.5
 char_alpha = 0.8
 char_width = 32
 n_char_buckets = 2048
+# Trained forgetting factors and a row per fragment length: both cost next to nothing at inference
+# and the shipped configs turn them on (FOFENER.v2 keeps them off so that older pipelines load).
+learn_word_alpha = true
+learn_char_alpha = true
+length_bias = true
 
 [model.tok2vec]
 @architectures = "spacy.MultiHashEmbed.v2"
