@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from spacy.util import registry
+from spacy.util import load_config, registry
 
 from spacy_fofe.corpus import CachedCorpus
 
@@ -41,7 +41,7 @@ def load_benchmark_script(name="benchmark"):
     return module
 
 
-def test_ablation_variants_change_only_what_they_name():
+def test_ablation_variants_change_only_what_they_name(tmp_path):
     ablation = load_benchmark_script("ablation")
     base = ROOT / "configs" / "conll.cfg"
     full = ablation.variant_config(base, "full")
@@ -57,9 +57,23 @@ def test_ablation_variants_change_only_what_they_name():
     learned = learned["components"]["fofe_ner"]["model"]
     assert learned["learn_word_alpha"] is (not on) and learned["learn_char_alpha"] is (not on)
     assert ablation.variant_config(base, "+learned_alphas" if on else "-learned_alphas") is None  # the base itself
-    for option in ("char_cnn", "second_pass", "length_bias"):
-        changed = ablation.variant_config(base, f"+{option}")["components"]["fofe_ner"]["model"]
-        assert changed.pop(option) is True and changed == {k: v for k, v in model.items() if k != option}
+    for option in ablation.OPTIONS:
+        on = model.get(option, False)
+        changed = ablation.variant_config(base, ("-" if on else "+") + option)["components"]["fofe_ner"]["model"]
+        assert changed.pop(option) is (not on) and changed == {k: v for k, v in model.items() if k != option}
+        assert ablation.variant_config(base, ("+" if on else "-") + option) is None  # the base itself
+    tables = model["tok2vec"]
+    plain = ablation.variant_config(base, "-cluster_prefix_bits")["components"]["fofe_ner"]["model"]["tok2vec"]
+    assert tables["cluster_prefix_bits"] and plain == {k: v for k, v in tables.items() if k != "cluster_prefix_bits"}
+    assert ablation.variant_config(base, "-hyphen_parts") is None  # conll.cfg has no hyphen parts
+    german = ablation.variant_config(ROOT / "configs" / "germeval.cfg", "-hyphen_parts")
+    assert "hyphen_parts" not in german["components"]["fofe_ner"]["model"]["tok2vec"]
+    # tables inside a concatenation (as in conll_vectors.cfg) are found there
+    nested = load_config(ROOT / "configs" / "conll_vectors.cfg")
+    nested["components"]["fofe_ner"]["model"]["tok2vec"]["*"]["hash"]["cluster_prefix_bits"] = [4]
+    nested.to_disk(tmp_path / "nested.cfg")
+    plain = ablation.variant_config(tmp_path / "nested.cfg", "-cluster_prefix_bits")
+    assert "cluster_prefix_bits" not in plain["components"]["fofe_ner"]["model"]["tok2vec"]["*"]["hash"]
     assert ablation.variant_config(ROOT / "configs" / "demo.cfg", "-lexeme_tables") is None  # demo has no tables
 
 

@@ -9,10 +9,12 @@ is not trained again, so an interrupted run resumes; one interrupted in training
 
 Variants: `full` (the config as it is); `-left_context`, `-right_context`, `-bag_of_words`,
 `-char_fofe` (one feature group off); `-lexeme_tables` (the config's LexemeTablesEmbed removed,
-its inner embedding kept); `+learned_alphas` / `-learned_alphas` (learn_word_alpha and
-learn_char_alpha on / off, where the base has them the other way); `+char_cnn`
-(the character CNN of the fragment next to the character FOFE); `+second_pass` (a second scorer that
-also reads the first pass's decisions); `+length_bias` (a first-layer row per fragment length);
+its inner embedding kept); `-cluster_prefix_bits`, `-hyphen_parts` (that LexemeTablesEmbed option
+off); `+learned_alphas` / `-learned_alphas` (learn_word_alpha and learn_char_alpha on / off);
+`+char_cnn` / `-char_cnn` (the character CNN of the fragment next to the character FOFE);
+`+second_pass` / `-second_pass` (a second scorer that also reads the first pass's decisions);
+`+length_bias` / `-length_bias` (a first-layer row per fragment length); a `+` or `-` variant that
+the base already is, or an option the base lacks, is skipped;
 `+documents` (trained on --docs-corpus, a doc per document, `fofe convert --docs`); `+both_forms`
 (trained on the sentence docs and the documents together); `+pretraining` (`spacy pretrain` on
 --raw-text first, then --paths.init_tok2vec). With --docs-corpus every variant is also tested on
@@ -33,8 +35,11 @@ from results import RESULTS, write_section
 from spacy.util import load_config
 
 GROUPS = ("left_context", "right_context", "bag_of_words", "char_fofe")
-VARIANTS = ("full", *(f"-{g}" for g in GROUPS), "-lexeme_tables", "+learned_alphas", "-learned_alphas", "+char_cnn",
-            "+second_pass", "+length_bias", "+documents", "+both_forms", "+pretraining")
+OPTIONS = ("char_cnn", "second_pass", "length_bias")  # the model's on / off additions
+TABLE_OPTIONS = ("cluster_prefix_bits", "hyphen_parts")  # LexemeTablesEmbed's additions, switched off
+VARIANTS = ("full", *(f"-{g}" for g in GROUPS), "-lexeme_tables", *(f"-{o}" for o in TABLE_OPTIONS),
+            "+learned_alphas", "-learned_alphas", *(f"{sign}{o}" for o in OPTIONS for sign in "+-"),
+            "+documents", "+both_forms", "+pretraining")
 NEEDS_DOCS = ("+documents", "+both_forms")
 LEXEME_EMBED = "spacy_fofe.LexemeTablesEmbed.v1"
 BENCHMARK = Path(__file__).with_name("benchmark.py")
@@ -56,9 +61,27 @@ def variant_config(base: Path, name: str):
         if model.get("learn_word_alpha", False) == on and model.get("learn_char_alpha", False) == on:
             return None  # the base already is this variant
         model["learn_word_alpha"] = model["learn_char_alpha"] = on
-    elif name in ("+char_cnn", "+second_pass", "+length_bias"):
-        model[name[1:]] = True
+    elif name[1:] in OPTIONS:
+        on = name.startswith("+")
+        if model.get(name[1:], False) == on:
+            return None  # the base already is this variant
+        model[name[1:]] = on
+    elif name[1:] in TABLE_OPTIONS:
+        tables = [block for block in blocks(model["tok2vec"]) if block.get("@architectures") == LEXEME_EMBED
+                  and block.get(name[1:])]
+        if not tables:
+            return None
+        for block in tables:
+            block.pop(name[1:])  # back to LexemeTablesEmbed's default, off
     return config
+
+
+def blocks(section: dict):
+    """A config section and every section below it."""
+    yield section
+    for value in section.values():
+        if isinstance(value, dict):
+            yield from blocks(value)
 
 
 def run(command) -> None:
