@@ -23,7 +23,7 @@ def test_the_configs_folder_is_found():
 PER_USE = {
     "nlp.lang": "the corpus's language",
     "components.fofe_ner.model.tok2vec": "the embedding is what differs between the uses",
-    "components.fofe_ner.model.hidden_width": "small for speed; wider in germeval_accurate.cfg (see their comments)",
+    "components.fofe_ner.model.hidden_width": "the scorer's width is the main speed knob (see their comments)",
     "components.fofe_ner.model.dropout": "GermEval regularises with word dropout and weight decay instead",
     "training.dropout": "as the model's dropout",
     "training.optimizer.L2": "GermEval's hash tables need more weight decay (see its comment)",
