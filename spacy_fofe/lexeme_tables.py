@@ -12,16 +12,14 @@ entries looked up by its ORTH and/or LOWER form (a hash table per table and attr
 mixed by a maxout layer as in spaCy's MultiHashEmbed; log frequencies are floored to whole
 numbers first; each distinct row of a batch is embedded once, rows_once.py). With
 `hyphen_parts`, a compound such as "NATO-Gipfel" or "Lehmbruck-Museum", which the tables rarely
-hold, also gets the clusters of its first and last part; with `compound_parts`, a word without a
-cluster gets those of its longest first and last parts that have one ("Michaels" and "Kirche" of
-"Michaelskirche"). The tables are
+hold, also gets the clusters of its first and last part. The tables are
 copied into the model at initialize, as sorted hash/value arrays (12 bytes a word per table),
 so a trained pipeline needs no lookups package at run time. A table in the vocab
 (`[initialize.lookups]`) takes precedence over the package's.
 """
 
 from functools import partial
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import numpy
 from spacy.attrs import intify_attr
@@ -35,11 +33,8 @@ from .rows_once import embed_rows_once, is_row_embedding
 
 MISSING = numpy.iinfo("int32").min  # the value of a word a table does not have: one shared row
 CLUSTER_TABLE = "lexeme_cluster"
-# Words whose parts a lookup layer keeps; past this it starts a new cache.
+# Words whose hyphen parts a lookup layer keeps; past this it starts a new cache.
 PART_CACHE_WORDS = 2**20
-# The shortest part of a word without a hyphen that compound_parts looks up: shorter ones are
-# more often chance strings ("Schö" of "Schörgenhofer") than words.
-MIN_PART = 4
 
 
 @registry.architectures("spacy_fofe.LexemeTablesEmbed.v1")
@@ -51,7 +46,6 @@ def LexemeTablesEmbed(
     rows: List[int],
     cluster_prefix_bits: Sequence[int] = (),
     hyphen_parts: bool = False,
-    compound_parts: bool = False,
 ) -> Model[List[Doc], List[Floats2d]]:
     """`embed`'s token vectors plus an embedding of the tokens' entries in spaCy lexeme tables.
 
@@ -66,10 +60,6 @@ def LexemeTablesEmbed(
     hyphen_parts: also embed the clusters of the first and the last part of a word with an inner
         hyphen ("US" and "Marketing" of "US-Marketing"); a compound rarely has a cluster of its own,
         though its parts say what it is. Needs "lexeme_cluster" in tables; its rows are used.
-    compound_parts: a word without a hyphen part and without a cluster of its own gets, in the same
-        two columns, the clusters of its longest first and last part (MIN_PART characters or more,
-        the last part also tried with a capital) that have one: German joins compounds without a
-        hyphen ("Elbmündung"), and a name's inflected form ("Rostows") often lacks a cluster.
     """
     name = "spacy_fofe.LexemeTablesEmbed.v1"
     if not tables or not attrs:
@@ -79,8 +69,7 @@ def LexemeTablesEmbed(
     attr_ids = [intify_attr(attr) for attr in attrs]
     if None in attr_ids:
         raise ValueError(f"{name}: unknown token attribute {attrs[attr_ids.index(None)]!r}")
-    for setting, value in (("cluster_prefix_bits", cluster_prefix_bits), ("hyphen_parts", hyphen_parts),
-                           ("compound_parts", compound_parts)):
+    for setting, value in (("cluster_prefix_bits", cluster_prefix_bits), ("hyphen_parts", hyphen_parts)):
         if value and CLUSTER_TABLE not in tables:
             raise ValueError(f"{name}: {setting} needs {CLUSTER_TABLE!r} in tables")
     if any(not 1 <= bits <= 31 for bits in cluster_prefix_bits):
@@ -90,14 +79,12 @@ def LexemeTablesEmbed(
     # The parts of each word seen, kept by the forward pass and never saved with the model.
     lookup = Model("lexeme_lookup", partial(_lookup_forward, part_cache={}), init=_lookup_init,
                    attrs={"tables": list(tables), "attr_ids": attr_ids, "keys": [], "values": [],
-                          "prefix_bits": list(cluster_prefix_bits), "hyphen_parts": hyphen_parts,
-                          "compound_parts": compound_parts})
+                          "prefix_bits": list(cluster_prefix_bits), "hyphen_parts": hyphen_parts})
     # The rows of each id column: every (table, attribute) pair, then per attribute each cluster
-    # prefix, then per attribute the clusters of the first and the last part.
-    parts = hyphen_parts or compound_parts
-    cluster_rows = rows[list(tables).index(CLUSTER_TABLE)] if cluster_prefix_bits or parts else 0
+    # prefix, then per attribute the clusters of the first and the last hyphen part.
+    cluster_rows = rows[list(tables).index(CLUSTER_TABLE)] if cluster_prefix_bits or hyphen_parts else 0
     column_rows = [rows[t] for t in range(len(tables)) for _ in attrs]
-    column_rows += [cluster_rows] * ((len(cluster_prefix_bits) + 2 * parts) * len(attrs))
+    column_rows += [cluster_rows] * ((len(cluster_prefix_bits) + 2 * hyphen_parts) * len(attrs))
     embeddings = [HashEmbed(width, n_rows, column=i, seed=101 + i, dropout=0.0) for i, n_rows in enumerate(column_rows)]
     table_embed = embed_rows_once(chain(
         lookup,
@@ -179,13 +166,6 @@ def lookup_values(keys: numpy.ndarray, values: numpy.ndarray, queries: numpy.nda
     return numpy.where(keys[index] == queries, values[index], MISSING).astype("int32")
 
 
-def holds(keys: numpy.ndarray, queries: numpy.ndarray) -> numpy.ndarray:
-    """Whether the sorted hash array `keys` holds each query hash."""
-    if len(keys) == 0:
-        return numpy.zeros(queries.shape, dtype=bool)
-    return keys[numpy.minimum(numpy.searchsorted(keys, queries), len(keys) - 1)] == queries
-
-
 def cluster_prefixes(clusters: numpy.ndarray, bits: Sequence[int]) -> List[numpy.ndarray]:
     """For each k in bits, the first k steps of each Brown-cluster path (its lowest k bits), MISSING kept."""
     return [numpy.where(clusters == MISSING, MISSING, clusters & ((1 << k) - 1)).astype("int32") for k in bits]
@@ -200,46 +180,16 @@ def hyphen_parts_of(word: str) -> Tuple[int, int]:
     return get_string_id(parts[0]), get_string_id(parts[-1])
 
 
-def compound_parts_of(words: Sequence[str], keys: numpy.ndarray) -> numpy.ndarray:
-    """(len(words), 2) uint64: the string ids of each word's longest proper first and last part
-    (MIN_PART characters or more) that the sorted hash array `keys` holds, the last also tried with
-    a capital first letter; 0 for a side with none. One lookup for all the words' parts."""
-    candidates, groups = [], []  # each word's parts, longest first; group: 2 * word + side
-    for i, word in enumerate(words):
-        firsts = [word[:end] for end in range(len(word) - 1, MIN_PART - 1, -1)]
-        lasts = [variant for start in range(1, len(word) - MIN_PART + 1)
-                 for variant in dict.fromkeys((word[start:], word[start].upper() + word[start + 1:]))]
-        candidates += firsts + lasts
-        groups += [2 * i] * len(firsts) + [2 * i + 1] * len(lasts)
-    found = numpy.zeros((len(words), 2), dtype="uint64")
-    ids = numpy.fromiter(map(get_string_id, candidates), dtype="uint64", count=len(candidates))
-    known = numpy.flatnonzero(holds(keys, ids))
-    # the first known candidate of each group is its longest known part
-    hit_groups, first = numpy.unique(numpy.asarray(groups, dtype="int64")[known], return_index=True)
-    found.reshape(-1)[hit_groups] = ids[known[first]]
-    return found
-
-
-def part_ids(strings, words: numpy.ndarray, cache: Dict[int, Tuple[int, int]], hyphens: bool = True,
-             compound_keys: Optional[numpy.ndarray] = None) -> numpy.ndarray:
-    """(len(words), 2) uint64: the parts of each word hash (hyphen_parts_of where `hyphens`, then
-    for a word with no hyphen part and no entry in `compound_keys`, compound_parts_of), worked out
-    once per distinct word."""
+def part_ids(strings, words: numpy.ndarray, cache: Dict[int, Tuple[int, int]]) -> numpy.ndarray:
+    """(len(words), 2) uint64: hyphen_parts_of each word hash, worked out once per distinct word."""
     distinct, inverse = numpy.unique(words, return_inverse=True)
     if len(cache) > PART_CACHE_WORDS:
         cache.clear()
-    unknown = set() if compound_keys is None else set(distinct[~holds(compound_keys, distinct)].tolist())
-    compounds = []
-    for key in distinct.tolist():
+    parts = numpy.zeros((len(distinct), 2), dtype="uint64")
+    for i, key in enumerate(distinct.tolist()):
         if key not in cache:
-            word = strings[key] if key in strings else ""
-            cache[key] = hyphen_parts_of(word) if hyphens else (0, 0)
-            if cache[key] == (0, 0) and key in unknown:
-                compounds.append((key, word))
-    if compounds:
-        found = compound_parts_of([word for _, word in compounds], compound_keys).tolist()
-        cache.update((key, tuple(parts)) for (key, _), parts in zip(compounds, found))
-    parts = numpy.asarray([cache[key] for key in distinct.tolist()], dtype="uint64").reshape((len(distinct), 2))
+            cache[key] = hyphen_parts_of(strings[key]) if key in strings else (0, 0)
+        parts[i] = cache[key]
     return parts[inverse.reshape(-1)]
 
 
@@ -259,11 +209,10 @@ def _lookup_forward(model: Model, docs: List[Doc], is_train: bool, part_cache: D
         first = model.attrs["tables"].index(CLUSTER_TABLE) * len(attr_ids)
         for a in range(len(attr_ids)):
             columns.extend(cluster_prefixes(columns[first + a], model.attrs["prefix_bits"]))
-    if model.attrs["hyphen_parts"] or model.attrs.get("compound_parts"):
+    if model.attrs["hyphen_parts"]:
         table = model.attrs["tables"].index(CLUSTER_TABLE)
-        compound_keys = keys[table] if model.attrs.get("compound_parts") else None
         for a in range(len(attr_ids)):
-            parts = part_ids(docs[0].vocab.strings, words[:, a], part_cache, model.attrs["hyphen_parts"], compound_keys)
+            parts = part_ids(docs[0].vocab.strings, words[:, a], part_cache)
             columns.extend(lookup_values(keys[table], values[table], parts[:, side]) for side in (0, 1))
     ids = numpy.stack(columns, axis=1)
     # HashEmbed hashes uint64 ids; the int32 values (negative ones included) map one to one.

@@ -6,24 +6,16 @@ import spacy
 from spacy.strings import get_string_id
 from spacy.tokens import Doc
 
-from spacy_fofe.lexeme_tables import (
-    MISSING,
-    LexemeTablesEmbed,
-    cluster_prefixes,
-    compound_parts_of,
-    hyphen_parts_of,
-    lookup_values,
-)
+from spacy_fofe.lexeme_tables import MISSING, LexemeTablesEmbed, cluster_prefixes, hyphen_parts_of, lookup_values
 from spacy_fofe.word_dropout import WordDropoutHashEmbed
 
 from helpers import LEXEME_TABLES_EMBED, NESTED, overfit_with_tok2vec, predicted, with_tables
 
 
 def embed(width=16, tables=("lexeme_cluster", "lexeme_prob"), attrs=("ORTH", "LOWER"), rows=(50, 20), prefix_bits=(),
-          hyphen_parts=False, compound_parts=False):
+          hyphen_parts=False):
     words = WordDropoutHashEmbed(width=width, attrs=["NORM", "SHAPE"], rows=[100, 50], include_static_vectors=False)
-    return LexemeTablesEmbed(words, width, list(tables), list(attrs), list(rows), list(prefix_bits), hyphen_parts,
-                             compound_parts)
+    return LexemeTablesEmbed(words, width, list(tables), list(attrs), list(rows), list(prefix_bits), hyphen_parts)
 
 
 def lookup_layer(model):
@@ -114,45 +106,6 @@ def test_a_compound_gets_the_clusters_of_its_parts_and_saves_no_cache():
     numpy.testing.assert_allclose(reloaded.predict([doc])[0], model.predict([doc])[0])
 
 
-def test_compound_parts_are_the_longest_known_first_and_last_parts():
-    keys = numpy.sort(numpy.asarray([get_string_id(w) for w in ("Michael", "Michaels", "Kirche", "Irche", "Elb")],
-                                    dtype="uint64"))
-
-    def parts(word):
-        return [get_string_id(part) if part else 0 for part in part_strings[word]]
-
-    # the longest known part wins; the last part is also tried with a capital; parts are proper and
-    # MIN_PART (4) characters or longer ("Elb" is too short)
-    part_strings = {"Michaelskirche": ["Michaels", "Kirche"], "Michaelirche": ["Michael", "Irche"],
-                    "Elbmündung": ["", ""], "Michaels": ["Michael", ""], "Elb": ["", ""], "": ["", ""]}
-    words = list(part_strings)
-    assert compound_parts_of(words, keys).tolist() == [parts(word) for word in words]
-    assert compound_parts_of(["Michaelskirche"], keys[:0]).tolist() == [[0, 0]]
-    assert compound_parts_of([], keys).shape == (0, 2)
-
-
-def test_a_word_without_a_cluster_gets_the_clusters_of_its_known_parts():
-    def make(hyphen_parts=False):
-        return embed(tables=["lexeme_cluster"], attrs=["ORTH", "LOWER"], rows=[50], hyphen_parts=hyphen_parts,
-                     compound_parts=True)
-
-    nlp = with_tables()
-    model = make()
-    model.initialize(X=[nlp("Ann")])
-    unseen = model.to_bytes()
-    doc = Doc(nlp.vocab, words=["Torontoparis", "Paris", "Ann-Toronto", "Bobx"])
-    # columns: (cluster, ORTH), (cluster, LOWER), then per attribute the first and the last part's cluster;
-    # "Paris" has a cluster of its own, so no parts; "Bob" is shorter than a part may be
-    M = MISSING
-    expected = [[M, M, 7, 9, M, 9], [7, 9, M, M, M, M], [M, M, M, 7, M, 7], [M, M, M, M, M, M]]
-    assert lookup_layer(model).predict([doc])[0].view("int64").tolist() == expected
-    assert model.to_bytes() == unseen
-    # with hyphen_parts too, a hyphenated word is split at its hyphens only ("toronto" has no cluster)
-    both = make(hyphen_parts=True)
-    both.initialize(X=[nlp("Ann")])
-    assert lookup_layer(both).predict([doc])[0].view("int64").tolist()[2] == [M, M, 40, 7, M, M]
-
-
 def test_a_table_in_the_vocab_is_used_before_the_lookups_package():
     nlp = spacy.blank("de")
     nlp.vocab.lookups.add_table("lexeme_cluster", {"Tisch": 12345})
@@ -178,8 +131,6 @@ def test_missing_tables_and_bad_settings_are_clear_errors():
         embed(tables=["lexeme_prob"], rows=[10], prefix_bits=[4])
     with pytest.raises(ValueError, match="hyphen_parts needs 'lexeme_cluster'"):
         embed(tables=["lexeme_prob"], rows=[10], hyphen_parts=True)
-    with pytest.raises(ValueError, match="compound_parts needs 'lexeme_cluster'"):
-        embed(tables=["lexeme_prob"], rows=[10], compound_parts=True)
     with pytest.raises(ValueError, match="between 1 and 31"):
         embed(prefix_bits=[0])
     nlp = with_tables()
