@@ -36,10 +36,11 @@ from spacy.util import load_config
 
 GROUPS = ("left_context", "right_context", "bag_of_words", "char_fofe")
 OPTIONS = ("char_cnn", "second_pass", "length_bias")  # the model's on / off additions
+# Each +x / -x variant and the model settings it switches on / off together.
+SWITCHES = {"learned_alphas": ("learn_word_alpha", "learn_char_alpha"), **{o: (o,) for o in OPTIONS}}
 TABLE_OPTIONS = ("cluster_prefix_bits", "hyphen_parts")  # LexemeTablesEmbed's additions, switched off
 VARIANTS = ("full", *(f"-{g}" for g in GROUPS), "-lexeme_tables", *(f"-{o}" for o in TABLE_OPTIONS),
-            "+learned_alphas", "-learned_alphas", *(f"{sign}{o}" for o in OPTIONS for sign in "+-"),
-            "+documents", "+both_forms", "+pretraining")
+            *(f"{sign}{o}" for o in SWITCHES for sign in "+-"), "+documents", "+both_forms", "+pretraining")
 NEEDS_DOCS = ("+documents", "+both_forms")
 LEXEME_EMBED = "spacy_fofe.LexemeTablesEmbed.v1"
 BENCHMARK = Path(__file__).with_name("benchmark.py")
@@ -56,16 +57,12 @@ def variant_config(base: Path, name: str):
         if model["tok2vec"].get("@architectures") != LEXEME_EMBED:
             return None
         model["tok2vec"] = model["tok2vec"]["embed"]
-    elif name in ("+learned_alphas", "-learned_alphas"):
-        on = name.startswith("+")
-        if model.get("learn_word_alpha", False) == on and model.get("learn_char_alpha", False) == on:
+    elif name[1:] in SWITCHES:
+        on, settings = name.startswith("+"), SWITCHES[name[1:]]
+        if all(model.get(setting, False) == on for setting in settings):
             return None  # the base already is this variant
-        model["learn_word_alpha"] = model["learn_char_alpha"] = on
-    elif name[1:] in OPTIONS:
-        on = name.startswith("+")
-        if model.get(name[1:], False) == on:
-            return None  # the base already is this variant
-        model[name[1:]] = on
+        for setting in settings:
+            model[setting] = on
     elif name[1:] in TABLE_OPTIONS:
         tables = [block for block in blocks(model["tok2vec"]) if block.get("@architectures") == LEXEME_EMBED
                   and block.get(name[1:])]
