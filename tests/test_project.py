@@ -74,6 +74,10 @@ def test_ablation_variants_change_only_what_they_name(tmp_path):
     nested.to_disk(tmp_path / "nested.cfg")
     plain = ablation.variant_config(tmp_path / "nested.cfg", "-cluster_prefix_bits")
     assert "cluster_prefix_bits" not in plain["components"]["fofe_ner"]["model"]["tok2vec"]["*"]["hash"]
+    parts = nested["components"]["fofe_ner"]["model"]["tok2vec"]["*"]
+    hash_only = ablation.variant_config(tmp_path / "nested.cfg", "-lexeme_tables")
+    hash_only = hash_only["components"]["fofe_ner"]["model"]["tok2vec"]["*"]
+    assert hash_only == {"hash": parts["hash"]["embed"], "vectors": parts["vectors"]}
     assert ablation.variant_config(ROOT / "configs" / "demo.cfg", "-lexeme_tables") is None  # demo has no tables
 
 

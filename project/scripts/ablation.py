@@ -8,8 +8,8 @@ is not trained again, so an interrupted run resumes; one interrupted in training
         --docs-corpus corpus/conll-docs --raw-text corpus/conll/raw.jsonl
 
 Variants: `full` (the config as it is); `-left_context`, `-right_context`, `-bag_of_words`,
-`-char_fofe` (one feature group off); `-lexeme_tables` (the config's LexemeTablesEmbed removed,
-its inner embedding kept); `-cluster_prefix_bits`, `-hyphen_parts` (that LexemeTablesEmbed option
+`-char_fofe` (one feature group off); `-lexeme_tables` (each LexemeTablesEmbed in the config
+replaced by its inner embedding); `-cluster_prefix_bits`, `-hyphen_parts` (that LexemeTablesEmbed option
 off); `+learned_alphas` / `-learned_alphas` (learn_word_alpha and learn_char_alpha on / off);
 `+char_cnn` / `-char_cnn` (the character CNN of the fragment next to the character FOFE);
 `+second_pass` / `-second_pass` (a second scorer that also reads the first pass's decisions);
@@ -54,9 +54,12 @@ def variant_config(base: Path, name: str):
     if name.startswith("-") and name[1:] in GROUPS:
         model[name[1:]] = False
     elif name == "-lexeme_tables":
-        if model["tok2vec"].get("@architectures") != LEXEME_EMBED:
+        parents = [(section, key) for section in blocks(model) for key, value in section.items()
+                   if isinstance(value, dict) and value.get("@architectures") == LEXEME_EMBED]
+        if not parents:
             return None
-        model["tok2vec"] = model["tok2vec"]["embed"]
+        for section, key in parents:
+            section[key] = section[key]["embed"]
     elif name[1:] in SWITCHES:
         on, settings = name.startswith("+"), SWITCHES[name[1:]]
         if all(model.get(setting, False) == on for setting in settings):
