@@ -32,8 +32,7 @@ from .position_codes import (
 from .projection import DECISION_BLOCKS, LENGTH_ROWS, FragmentProjection, blocks_of
 
 InT = Tuple[List[Doc], Ints2d]
-# In W's column order; a group added later goes last, so saved pipelines keep their layout.
-GROUPS = ("left_context", "right_context", "bag_of_words", "char_fofe", "char_cnn", "wide_context")
+GROUPS = ("left_context", "right_context", "bag_of_words", "char_fofe", "char_cnn")
 # Tokens of context a tok2vec is assumed to read on each side (a CNN's depth x window_size).
 TOK2VEC_REACH = 64
 # Inference builds the (rows, n, hidden) grid of pre-activations about this many cells
@@ -63,7 +62,6 @@ def build_fofe_ner_model(
     char_cnn_window: int = 1,
     second_pass: bool = False,
     length_bias: bool = False,
-    wide_alpha: float = 0.0,
     nO: Optional[int] = None,
 ) -> Model[InT, Floats2d]:
     """Build the FOFE fragment scorer over any tok2vec.
@@ -82,17 +80,15 @@ def build_fofe_ner_model(
         pass's decisions about the fragments around (second_pass.py); the scorer runs twice.
     length_bias: add a learned row per fragment length (1 to LENGTH_ROWS tokens, longer ones
         sharing the last) to the first layer, since no other feature tells the net the length.
-    wide_alpha: when > 0, also read the context before and after the fragment at this slower
-        forgetting factor (e.g. 0.9): word_alpha's codes fade within a few words.
     stop_at_sentences: restart the FOFE codes at each sentence start a doc has, instead of
         letting the context of a whole document reach across its sentences.
     """
-    switches = dict(zip(GROUPS, (left_context, right_context, bag_of_words, char_fofe, char_cnn, wide_alpha > 0.0)))
+    switches = dict(zip(GROUPS, (left_context, right_context, bag_of_words, char_fofe, char_cnn)))
     groups = [group for group in GROUPS if switches[group]]
     _check_settings(groups, hidden_width=hidden_width, depth=depth, dropout=dropout, word_alpha=word_alpha,
-                    char_alpha=char_alpha, char_width=char_width, n_char_buckets=n_char_buckets, wide_alpha=wide_alpha)
+                    char_alpha=char_alpha, char_width=char_width, n_char_buckets=n_char_buckets)
     word_codes = WordFOFECodes(word_alpha, left_context, right_context, bag_of_words, dropout=dropout,
-                               learn_alpha=learn_word_alpha, wide_alpha=wide_alpha)
+                               learn_alpha=learn_word_alpha)
     char_codes = CharFOFECodes(char_width, n_char_buckets, char_alpha, stop_at_sentences,
                                learn_alpha=learn_char_alpha) if char_fofe else None
     cnn = CharCNNCodes(char_cnn_width, char_width, n_char_buckets, char_cnn_window) if char_cnn else None
@@ -142,8 +138,6 @@ def _check_settings(groups: List[str], **settings) -> None:
     for setting in ("word_alpha", "char_alpha"):
         if not 0.0 < settings[setting] < 1.0:
             raise ValueError(f"{name}: {setting} must be in (0.0, 1.0), got {settings[setting]}")
-    if not 0.0 <= settings["wide_alpha"] < 1.0:
-        raise ValueError(f"{name}: wide_alpha must be in [0.0, 1.0) (0: off), got {settings['wide_alpha']}")
     if not 0.0 <= settings["dropout"] <= 1.0:
         raise ValueError(f"{name}: dropout must be in [0.0, 1.0], got {settings['dropout']}")
     for setting in ("hidden_width", "depth", "char_width", "n_char_buckets"):
@@ -173,8 +167,6 @@ def context_tokens(model: Model[InT, Floats2d], max_length: int = 0) -> int:
     word_reach = fofe.scan_reach(forgetting_factor(model.get_ref("word_codes")))
     if "left_context" in groups or "right_context" in groups:
         reach = word_reach
-    if "wide_context" in groups:
-        reach = max(reach, fofe.scan_reach(model.get_ref("word_codes").attrs["wide_alpha"]))
     if "char_fofe" in groups:
         reach = max(reach, fofe.scan_reach(forgetting_factor(model.get_ref("char_codes"))))
     reach += TOK2VEC_REACH

@@ -56,24 +56,19 @@ def WordFOFECodes(
     bag_of_words: bool = True,
     dropout: float = 0.0,
     learn_alpha: bool = False,
-    wide_alpha: float = 0.0,
 ) -> Model[List[Floats2d], Codes]:
     """Left-to-right and right-to-left FOFE codes of the token vectors, including and
     excluding each position, and the token vectors themselves (dropout applied first).
 
     learn_alpha: train the forgetting factor, starting from `alpha` (see `forgetting_factor`).
-    wide_alpha: when > 0, also the codes of the context before and after each position
-        (excluding it) at this slower forgetting factor, which reach further than `alpha`'s.
     """
-    switches = {"left_context": left_context, "right_context": right_context, "bag_of_words": bag_of_words,
-                "wide_context": wide_alpha > 0.0}
+    switches = {"left_context": left_context, "right_context": right_context, "bag_of_words": bag_of_words}
     return Model(
         "word_fofe_codes",
         _word_forward,
         init=_alpha_init,
         params={ALPHA_LOGIT: None} if learn_alpha else {},
-        attrs={"alpha": alpha, "groups": [group for group, on in switches.items() if on], "dropout_rate": dropout,
-               "wide_alpha": wide_alpha},
+        attrs={"alpha": alpha, "groups": [group for group, on in switches.items() if on], "dropout_rate": dropout},
     )
 
 
@@ -119,11 +114,6 @@ def _word_forward(model: Model, tokvecs: List[Floats2d], is_train: bool) -> Tupl
         arrays["right_excl"] = fofe.shift_within(arrays["right_incl"], lengths_dev, 1)
     if "bag_of_words" in groups:
         arrays["tokens"] = x
-    wide_alpha = model.attrs.get("wide_alpha", 0.0)
-    if "wide_context" in groups:
-        arrays["left_wide"] = fofe.shift_within(fofe.prefix_fofe(x, lengths_dev, wide_alpha), lengths_dev, -1)
-        arrays["right_wide"] = fofe.shift_within(fofe.prefix_fofe(x, lengths_dev, wide_alpha, reverse=True),
-                                                 lengths_dev, 1)
 
     def backprop(d_arrays: Gradients) -> List[Floats2d]:
         d_x = d_arrays["tokens"] if "tokens" in d_arrays else ops.alloc2f(*x.shape)
@@ -141,11 +131,6 @@ def _word_forward(model: Model, tokvecs: List[Floats2d], is_train: bool) -> Tupl
                     arrays["right_incl"], lengths_dev, alpha, reverse=True)).sum())
         if learned:
             _inc_alpha_grad(model, d_alpha, alpha)
-        if "left_wide" in d_arrays:
-            d_x = d_x + fofe.prefix_fofe_backward(fofe.shift_within(d_arrays["left_wide"], lengths_dev, 1),
-                                                  lengths_dev, wide_alpha)
-            d_x = d_x + fofe.prefix_fofe_backward(fofe.shift_within(d_arrays["right_wide"], lengths_dev, -1),
-                                                  lengths_dev, wide_alpha, reverse=True)
         if mask is not None:
             d_x = d_x * mask
         return ops.unflatten(d_x, lengths_dev)

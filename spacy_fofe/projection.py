@@ -27,7 +27,6 @@ FEATURE_BLOCKS = {
     "bag_of_words": ("tokens",),
     "char_fofe": ("lr", "rl"),
     "char_cnn": (CHAR_CNN,),
-    "wide_context": ("left_wide", "right_wide"),
     # The second pass's reading of the first pass's decisions (second_pass.py).
     "decisions": DECISION_BLOCKS,
 }
@@ -42,8 +41,6 @@ SOURCES = {
     "right_incl": ("right_incl", "start"),
     "right_excl": ("right_excl", "end"),
     "tokens": ("tokens", "mean"),
-    "left_wide": ("left_wide", "start"),
-    "right_wide": ("right_wide", "end"),
     "lr_end": ("lr", "end"),
     "lr_before": ("lr", "start_decayed"),
     "rl_start": ("rl", "start"),

@@ -11,8 +11,7 @@ from thinc.api import Model
 
 from spacy_fofe.component import FOFENER
 from spacy_fofe.fragments import enumerate_fragments
-from spacy_fofe.model import build_fofe_ner_model, context_tokens
-from spacy_fofe.position_codes import WordFOFECodes
+from spacy_fofe.model import build_fofe_ner_model
 from spacy_fofe.projection import LENGTH_ROWS
 
 from helpers import NESTED, SMALL_MODEL, make_examples, predicted, train
@@ -59,8 +58,7 @@ def two_sentence_doc(vocab):
 
 @pytest.mark.parametrize("groups", [{}, {"char_fofe": False}, {"left_context": False, "bag_of_words": False},
                                     {"stop_at_sentences": True}, {"learn_word_alpha": True, "learn_char_alpha": True},
-                                    {"char_cnn": True, "char_fofe": False}, {"length_bias": True},
-                                    {"wide_alpha": 0.9, "left_context": False, "right_context": False}])
+                                    {"char_cnn": True, "char_fofe": False}, {"length_bias": True}])
 def test_gradients_match_finite_differences(docs, groups, seed=0):
     if groups.get("stop_at_sentences"):
         docs = [two_sentence_doc(docs[0].vocab), docs[1]]
@@ -203,34 +201,7 @@ def test_a_length_bias_pipeline_overfits_and_saves(tmp_path):
                                   nlp.get_pipe("fofe_ner").predict(docs)[1], atol=1e-6)
 
 
-def test_wide_context_codes_are_the_context_around_each_token_at_wide_alpha(docs):
-    """left_wide at token t is sum_k wide_alpha**k x[t-1-k] over the doc's earlier tokens;
-    right_wide is the same over its later tokens; word_alpha's codes are unchanged by it."""
-    tokvecs = [numpy.random.default_rng(i).normal(size=(len(doc), 3)).astype("float32") for i, doc in enumerate(docs)]
-    plain = WordFOFECodes(0.5).predict(tokvecs).arrays
-    codes = WordFOFECodes(0.5, wide_alpha=0.9).predict(tokvecs).arrays
-    assert set(codes) == set(plain) | {"left_wide", "right_wide"}
-    for name, array in plain.items():
-        numpy.testing.assert_allclose(codes[name], array)
-    row = 0
-    for x in tokvecs:
-        for t in range(len(x)):
-            left = sum((0.9 ** k * x[t - 1 - k] for k in range(t)), numpy.zeros(3))
-            right = sum((0.9 ** k * x[t + 1 + k] for k in range(len(x) - t - 1)), numpy.zeros(3))
-            numpy.testing.assert_allclose(codes["left_wide"][row + t], left, atol=1e-5)
-            numpy.testing.assert_allclose(codes["right_wide"][row + t], right, atol=1e-5)
-        row += len(x)
-
-
-def test_wide_context_reaches_further_than_word_alpha(docs):
-    narrow = build_fofe_ner_model(table_tok2vec(6, 12), word_alpha=0.5)
-    wide = build_fofe_ner_model(table_tok2vec(6, 12), word_alpha=0.5, wide_alpha=0.9)
-    assert context_tokens(wide) > context_tokens(narrow)
-
-
 def test_invalid_architecture_settings_name_the_setting():
-    with pytest.raises(ValueError, match="wide_alpha"):
-        build_fofe_ner_model(table_tok2vec(4, 4), wide_alpha=1.0)
     with pytest.raises(ValueError, match="word_alpha"):
         build_fofe_ner_model(table_tok2vec(4, 4), word_alpha=1.0)
     with pytest.raises(ValueError, match="char_alpha"):
