@@ -54,11 +54,10 @@ def variant_config(base: Path, name: str):
     if name.startswith("-") and name[1:] in GROUPS:
         model[name[1:]] = False
     elif name == "-lexeme_tables":
-        parents = [(section, key) for section in blocks(model) for key, value in section.items()
-                   if isinstance(value, dict) and value.get("@architectures") == LEXEME_EMBED]
-        if not parents:
+        places = lexeme_tables(model)
+        if not places:
             return None
-        for section, key in parents:
+        for section, key in places:
             section[key] = section[key]["embed"]
     elif name[1:] in SWITCHES:
         on, settings = name.startswith("+"), SWITCHES[name[1:]]
@@ -67,8 +66,7 @@ def variant_config(base: Path, name: str):
         for setting in settings:
             model[setting] = on
     elif name[1:] in TABLE_OPTIONS:
-        tables = [block for block in blocks(model["tok2vec"]) if block.get("@architectures") == LEXEME_EMBED
-                  and block.get(name[1:])]
+        tables = [section[key] for section, key in lexeme_tables(model) if section[key].get(name[1:])]
         if not tables:
             return None
         for block in tables:
@@ -82,6 +80,12 @@ def blocks(section: dict):
     for value in section.values():
         if isinstance(value, dict):
             yield from blocks(value)
+
+
+def lexeme_tables(model: dict):
+    """(parent section, key) of every LexemeTablesEmbed in the model's config, however deep."""
+    return [(section, key) for section in blocks(model) for key, value in section.items()
+            if isinstance(value, dict) and value.get("@architectures") == LEXEME_EMBED]
 
 
 def run(command) -> None:
