@@ -17,6 +17,7 @@ from spacy.util import registry
 from thinc.api import Model, get_array_module, glorot_uniform_init
 from thinc.types import Floats2d, Ints1d, Ints2d
 
+from .dense import backprop_relu, gemm, relu
 from .fofe import segment_positions, shift_within
 from .position_codes import Codes, Gradients, doc_characters
 
@@ -72,19 +73,19 @@ def _forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Codes, Call
     char_lengths = ops.asarray(char_lengths)
     x = E[ids]
     columns = ops.xp.concatenate([shifted(x, char_lengths, k) for k in range(-window, window + 1)], axis=1)
-    pre = ops.gemm(columns, W, trans2=True)
+    pre = gemm(ops, columns, W, trans2=True)
     pre += b
-    h = ops.relu(pre)
+    h = relu(ops, pre)
     pooled, which = segment_max(h, char_lengths)
 
     def backprop(d_arrays: Gradients) -> List[Doc]:
         d_h = ops.alloc2f(*h.shape)
         # A token's maxima are on its own rows, so the rows are distinct: assign, no scatter-add.
         d_h.ravel()[(which * nO + ops.xp.arange(nO)).ravel()] = d_arrays[CHAR_CNN].ravel()
-        d_pre = ops.backprop_relu(d_h, h)
-        model.inc_grad("W", ops.gemm(d_pre, columns, trans1=True))
+        d_pre = backprop_relu(ops, d_h, h)
+        model.inc_grad("W", gemm(ops, d_pre, columns, trans1=True))
         model.inc_grad("b", d_pre.sum(axis=0))
-        d_columns = ops.gemm(d_pre, W)
+        d_columns = gemm(ops, d_pre, W)
         nE = x.shape[1]
         d_x = ops.alloc2f(*x.shape)
         for i, k in enumerate(range(-window, window + 1)):
@@ -147,14 +148,14 @@ def project_fragment_max(ops, v: Floats2d, W: Floats2d, starts: Ints1d, sizes: I
     and the backprop from their gradient to (dW, dv)."""
     starts, sizes = ops.asarray(starts), ops.asarray(sizes)
     features, where = fragment_max(v, starts, sizes)
-    out = ops.gemm(features, W, trans2=True)
+    out = gemm(ops, features, W, trans2=True)
 
     def backprop(d_out: Floats2d) -> Tuple[Floats2d, Floats2d]:
-        d_features = ops.gemm(d_out, W)
+        d_features = gemm(ops, d_out, W)
         d_v = ops.alloc2f(*v.shape)
         width = v.shape[1]
         # Fragments overlap, so several can take their max from the same row: scatter-add.
         ops.scatter_add(d_v.ravel(), (where * width + ops.xp.arange(width)).ravel(), d_features.ravel())
-        return ops.gemm(d_out, features, trans1=True), d_v
+        return gemm(ops, d_out, features, trans1=True), d_v
 
     return out, backprop

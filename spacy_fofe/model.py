@@ -14,11 +14,12 @@ from typing import Callable, List, Optional, Tuple
 import numpy
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Model, Relu, Softmax, chain
+from thinc.api import Model, chain
 from thinc.types import Floats2d, Ints2d
 
 from . import fofe, second_pass
 from .char_cnn import CharCNNCodes
+from .dense import Relu, Softmax
 from .fragments import enumerate_fragments, within_sentences
 from .position_codes import (
     CharFOFECodes,

@@ -17,6 +17,7 @@ from thinc.types import Floats2d, Floats3d, Ints2d
 
 from . import fofe
 from .char_cnn import CHAR_CNN, project_fragment_max
+from .dense import backprop_relu, gemm, relu
 from .position_codes import CHAR_ALPHA_GRAD, Codes
 
 DECISION_BLOCKS = ("decision_left", "decision_right", "decision_tokens")
@@ -142,8 +143,8 @@ def _forward(model: Model, inputs: InT, is_train: bool) -> Tuple[Floats2d, Calla
         maxed, backprop_max = project_fragment_max(ops, codes.arrays[CHAR_CNN], W, starts, sizes)
         pre += maxed
     if not is_train:
-        return ops.relu(pre, inplace=True), _no_backprop
-    hidden = ops.relu(pre)
+        return relu(ops, pre, inplace=True), _no_backprop
+    hidden = relu(ops, pre)
     mask = ops.get_dropout_mask(hidden.shape, model.attrs["dropout_rate"])
     if mask is not None:
         hidden = hidden * mask
@@ -151,7 +152,7 @@ def _forward(model: Model, inputs: InT, is_train: bool) -> Tuple[Floats2d, Calla
     def backprop(d_hidden: Floats2d) -> Dict[str, Floats2d]:
         if mask is not None:
             d_hidden = d_hidden * mask
-        d_pre = ops.backprop_relu(d_hidden, pre)
+        d_pre = backprop_relu(ops, d_hidden, pre)
         model.inc_grad("b", d_pre.sum(axis=0))
         if lengths_at is not None:
             d_L = ops.alloc2f(*model.get_param("L").shape)
@@ -231,7 +232,7 @@ def _project(model: Model, arrays: Dict[str, Floats2d], begin: int, stop: int):
     arrays = {name: array for name, array in arrays.items() if SOURCES[name][1] != "max"}
     for name, array in arrays.items():
         block, place = SOURCES[name]
-        projected = ops.gemm(array[begin:stop], W[:, blocks[block]], trans2=True)
+        projected = gemm(ops, array[begin:stop], W[:, blocks[block]], trans2=True)
         placed[place] = placed[place] + projected if place in placed else projected
 
     def backprop(d_placed: Dict[str, Floats2d]) -> Dict[str, Floats2d]:
@@ -239,8 +240,8 @@ def _project(model: Model, arrays: Dict[str, Floats2d], begin: int, stop: int):
         d_arrays = {}
         for name, array in arrays.items():
             block, place = SOURCES[name]
-            d_W[:, blocks[block]] += ops.gemm(d_placed[place], array, trans1=True)
-            d_arrays[name] = ops.gemm(d_placed[place], W[:, blocks[block]])
+            d_W[:, blocks[block]] += gemm(ops, d_placed[place], array, trans1=True)
+            d_arrays[name] = gemm(ops, d_placed[place], W[:, blocks[block]])
         model.inc_grad("W", d_W)
         return d_arrays
 

@@ -27,10 +27,12 @@ every variant alike; the cost of a variant is its ratio to `full` in this run.
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+from benchmark import ONE_THREAD
 from results import RESULTS, write_section
 from spacy.util import load_config
 
@@ -89,8 +91,9 @@ def lexeme_tables(model: dict):
 
 
 def run(command) -> None:
+    """Run a command on one thread, as the benchmark does."""
     print("$", " ".join(map(str, command)), flush=True)
-    subprocess.run([str(c) for c in command], check=True)
+    subprocess.run([str(c) for c in command], check=True, env={**os.environ, **ONE_THREAD})
 
 
 def training_paths(args, name: str, out: Path):

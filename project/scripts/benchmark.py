@@ -12,7 +12,8 @@ under "sc", all levels, and for nested data GermEval's strict level-aware metric
 spaCy's `ner` learns the outer level, doc.ents, so its recall stops there: it is there as the
 speed reference), training
 wall time, inference words/sec (nlp.pipe over the test texts, batch size 1000, best of 3 after
-a warm-up) and peak memory (max RSS of the training and of the inference process). Writes
+a warm-up) and peak memory (max RSS of the training and of the inference process). Every
+training and measurement runs on one thread (ONE_THREAD). Writes
 OUT/benchmark.json, OUT/benchmark.md and OUT/benchmark.png (F1 against words/sec), and the
 corpus's section of project/RESULTS.md (--results).
 
@@ -35,6 +36,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # The embedding spaCy's peers get when fofe_ner's config has no hash embedding to copy (the
 # vectors configs): spaCy's MultiHashEmbed with our attributes and sizes. Width 256 made spancat
 # 2.8x slower on GermEval with no F1 gain.
+# One thread for every system, in training and measurement alike: spaCy's blis runs on one,
+# while numpy's BLAS (fofe_ner's matrix products, spacy_fofe/dense.py) would take every core.
+ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 EMBED = {"width": 128, "attrs": ["NORM", "LOWER", "PREFIX", "SUFFIX", "SHAPE"], "rows": [5000, 5000, 1000, 2500, 2500]}
 
 
@@ -109,9 +113,9 @@ def spacy_config(args, system: str, vectors: bool):
 
 
 def run_measured(command):
-    """Run a command; return (seconds, peak RSS in MB)."""
+    """Run a command on one thread; return (seconds, peak RSS in MB)."""
     start = time.perf_counter()
-    process = subprocess.Popen(command)
+    process = subprocess.Popen(command, env={**os.environ, **ONE_THREAD})
     _, status, usage = os.wait4(process.pid, 0)
     seconds = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:

@@ -1,0 +1,63 @@
+"""spacy_fofe.dense: numpy's products and ReLUs give thinc's results, and its layers read thinc's weights."""
+
+import numpy
+import pytest
+from thinc.api import NumpyOps, Relu, Softmax, chain
+
+from spacy_fofe import dense
+
+ops = NumpyOps()
+rng = numpy.random.default_rng(0)
+
+
+@pytest.mark.parametrize("trans1,trans2", [(False, False), (True, False), (False, True), (True, True)])
+def test_gemm_equals_thincs(trans1, trans2):
+    x = rng.normal(size=(5, 7) if not trans1 else (7, 5)).astype("float32")
+    y = rng.normal(size=(7, 3) if not trans2 else (3, 7)).astype("float32")
+    got = dense.gemm(ops, x, y, trans1=trans1, trans2=trans2)
+    assert got.shape == (5, 3) and got.dtype == numpy.float32
+    numpy.testing.assert_allclose(got, ops.gemm(x, y, trans1=trans1, trans2=trans2), rtol=1e-5, atol=1e-5)
+
+
+def test_relu_and_its_gradient_equal_thincs():
+    X = rng.normal(size=(6, 4)).astype("float32")
+    X[0, 0] = 0.0
+    dY = rng.normal(size=(6, 4)).astype("float32")
+    Y = dense.relu(ops, X)
+    assert X.min() < 0  # not in place
+    numpy.testing.assert_array_equal(Y, ops.relu(X))
+    numpy.testing.assert_array_equal(dense.backprop_relu(ops, dY, Y), ops.backprop_relu(dY, ops.relu(X)))
+    same = X.copy()
+    assert dense.relu(ops, same, inplace=True) is same and same.min() == 0
+
+
+@pytest.mark.parametrize("ours,thincs", [
+    (lambda: dense.Relu(4, 3, dropout=0.0), lambda: Relu(4, 3, dropout=0.0)),
+    (lambda: chain(dense.Relu(4, 3), dense.Softmax(5, 4)), lambda: chain(Relu(4, 3), Softmax(5, 4))),
+])
+def test_layers_load_thincs_weights_and_compute_the_same(ours, thincs):
+    X = rng.normal(size=(8, 3)).astype("float32")
+    theirs = thincs().initialize()
+    for node in theirs.walk():  # Softmax starts at zero: give it weights that matter
+        if node.has_param("W"):
+            node.set_param("W", rng.normal(size=node.get_param("W").shape).astype("float32"))
+            node.set_param("b", rng.normal(size=node.get_param("b").shape).astype("float32"))
+    mine = ours().from_bytes(theirs.to_bytes())
+    Y, backprop = mine.begin_update(X)
+    Y_theirs, backprop_theirs = theirs.begin_update(X)
+    numpy.testing.assert_allclose(Y, Y_theirs, rtol=1e-5, atol=1e-6)
+    dY = rng.normal(size=Y.shape).astype("float32")
+    numpy.testing.assert_allclose(backprop(dY), backprop_theirs(dY), rtol=1e-5, atol=1e-5)
+    grads = {(node.name, name): node.get_grad(name) for node in mine.walk() for name in node.param_names}
+    for node in theirs.walk():
+        for name in node.param_names:
+            numpy.testing.assert_allclose(grads[node.name, name], node.get_grad(name), rtol=1e-5, atol=1e-5)
+
+
+def test_softmax_rows_are_probabilities():
+    layer = dense.Softmax(3, 2).initialize()
+    layer.set_param("W", numpy.asarray([[1, 0], [0, 1], [-1, -1]], dtype="float32"))
+    Y = layer.predict(numpy.asarray([[2, 0], [0, 0]], dtype="float32"))
+    numpy.testing.assert_allclose(Y.sum(axis=1), [1, 1], rtol=1e-6)
+    numpy.testing.assert_allclose(Y[1], [1 / 3] * 3, rtol=1e-6)
+    assert Y[0].argmax() == 0
