@@ -48,12 +48,14 @@ def prefix_fofe(x: Floats2d, lengths: Ints1d, alpha: float, reverse: bool = Fals
     from_start, to_end = segment_positions(xp.asarray(lengths))
     dist = to_end if reverse else from_start
     for step, decay in scan_steps(alpha, int(xp.asarray(lengths).max())):
+        # decay on the rows whose sequence reaches `step` rows back, 0 elsewhere: a column, so
+        # each step makes one temporary of z's size.
         if reverse:
-            mask = (dist[:-step] >= step).astype(z.dtype)[:, None]
-            z[:-step] += (decay * z[step:]) * mask
+            scale = (dist[:-step] >= step).astype(z.dtype)[:, None] * z.dtype.type(decay)
+            z[:-step] += z[step:] * scale
         else:
-            mask = (dist[step:] >= step).astype(z.dtype)[:, None]
-            z[step:] += (decay * z[:-step]) * mask
+            scale = (dist[step:] >= step).astype(z.dtype)[:, None] * z.dtype.type(decay)
+            z[step:] += z[:-step] * scale
     return z
 
 
