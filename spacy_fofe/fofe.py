@@ -9,7 +9,7 @@ so the grids are built from shifted slices of (N, width) arrays, never from copi
 each fragment's rows and never from a (fragments x rows) matrix.
 """
 
-from typing import Tuple
+from typing import Dict, Optional, Tuple
 
 from thinc.api import get_array_module
 from thinc.types import Floats2d, Floats3d, Ints1d
@@ -168,6 +168,35 @@ def grid_mean_backward(d_grid: Floats3d, n_rows: int) -> Floats2d:
     # Row t + k receives the gradient of every cell (t, l) with l >= k.
     from_k = xp.cumsum(scaled[:, ::-1], axis=1)[:, ::-1]
     return grid_at_end_backward(from_k, n_rows)
+
+
+def fragment_grid(placed: Dict[str, Floats2d], n: int, rows: int, decay: Optional[Floats2d] = None) -> Floats3d:
+    """The sum of the grids of `placed` ({"start" | "end" | "mean": (rows, width) arrays, each read
+    at that place}), minus decay * (the start grid of placed["start_decayed"] plus the end grid of
+    placed["end_decayed"]) when a (rows, n) `decay` is given; the arrays' first row is the grid's
+    first. Built one column l at a time, so no term makes a temporary of the grid's size.
+    """
+    first = next(iter(placed.values()))
+    xp = get_array_module(first)
+    read = {place: (y[:rows] if place in ("start", "start_decayed") else _window(y, n, 0, rows))
+            for place, y in placed.items()}
+    grid = xp.zeros((rows, n, first.shape[1]), dtype=first.dtype)
+    if "start" in read:
+        grid += read["start"][:, None, :]
+    running = xp.zeros((rows, first.shape[1]), dtype=first.dtype) if "mean" in read else None
+    scratch = xp.empty((rows, first.shape[1]), dtype=first.dtype)
+    for k in range(n):
+        cell = grid[:, k]
+        if "end" in read:
+            cell += read["end"][k: k + rows]
+        if running is not None:
+            running += read["mean"][k: k + rows]
+            cell += xp.divide(running, k + 1, out=scratch)
+        if decay is not None:
+            xp.add(read["start_decayed"], read["end_decayed"][k: k + rows], out=scratch)
+            scratch *= decay[:, k, None]
+            cell -= scratch
+    return grid
 
 
 GRID_OPS = {

@@ -205,18 +205,8 @@ def _char_decay_alpha_grad(codes: Codes, placed, d_grid: Floats3d, decay, n: int
 def _grid(placed: Dict[str, Floats2d], codes: Codes, n: int, begin: int, end: int) -> Floats3d:
     """Pre-activations (without b) of the fragments starting on rows begin..end, as a
     (end - begin, n, nH) grid; `placed` holds the projected rows from `begin` on."""
-    rows = end - begin
-    grid = None
-    for place, (grid_op, _) in fofe.GRID_OPS.items():
-        if place in placed:
-            part = grid_op(placed[place], n, 0, rows)
-            grid = part if grid is None else grid + part
-    if codes.char_bounds is not None:
-        decayed = fofe.grid_at_start(placed["start_decayed"], n, 0, rows)
-        decayed += fofe.grid_at_end(placed["end_decayed"], n, 0, rows)
-        decayed *= _char_decay(codes, n, begin, end)[:, :, None]
-        grid = grid - decayed if grid is not None else -decayed
-    return grid
+    decay = _char_decay(codes, n, begin, end) if codes.char_bounds is not None else None
+    return fofe.fragment_grid(placed, n, end - begin, decay)
 
 
 def _project(model: Model, arrays: Dict[str, Floats2d], begin: int, stop: int):

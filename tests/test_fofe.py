@@ -191,3 +191,30 @@ def test_alpha_gradient_of_char_codes_matches_finite_differences():
     analytic = fofe.char_boundary_codes_alpha_grad(grads, chars, char_lengths, starts, ends, 0.8)
     numeric = (loss(0.8 + 1e-6) - loss(0.8 - 1e-6)) / 2e-6
     assert abs(numeric) > 1e-2 and analytic == pytest.approx(numeric, rel=1e-5)
+
+
+@pytest.mark.parametrize("places", [("start", "end", "mean"), ("end",), ("mean", "start")])
+@pytest.mark.parametrize("decayed", [False, True])
+def test_fragment_grid_is_each_cells_sum_of_features(places, decayed):
+    """Cell (t, l): start[t] + end[t + l] + mean(mean[t..t + l]) - decay[t, l] * (start_decayed[t] +
+    end_decayed[t + l]), rows past the arrays' end being zeros."""
+    rng = numpy.random.default_rng(3)
+    rows, n, total = 6, 4, 8  # the arrays end before rows + n - 1: the last cells read past them
+    names = places + (("start_decayed", "end_decayed") if decayed else ())
+    placed = {name: rng.normal(size=(total, 3)).astype("float32") for name in names}
+    decay = rng.random((rows, n)).astype("float32") if decayed else None
+    grid = fofe.fragment_grid(placed, n, rows, decay)
+    assert grid.shape == (rows, n, 3)
+    row = lambda name, i: placed[name][i] if i < total else numpy.zeros(3)  # noqa: E731
+    for t in range(rows):
+        for length in range(n):
+            want = numpy.zeros(3)
+            if "start" in placed:
+                want += placed["start"][t]
+            if "end" in placed:
+                want += row("end", t + length)
+            if "mean" in placed:
+                want += sum(row("mean", i) for i in range(t, t + length + 1)) / (length + 1)
+            if decayed:
+                want -= decay[t, length] * (placed["start_decayed"][t] + row("end_decayed", t + length))
+            numpy.testing.assert_allclose(grid[t, length], want, rtol=1e-5, atol=1e-5)
