@@ -3,15 +3,15 @@
 thinc's NumpyOps multiplies matrices with blis; numpy's `matmul` uses the BLAS numpy was built
 with (OpenBLAS in the PyPI wheels, Accelerate on macOS), and numpy's `maximum` is a ReLU: on the
 CPU we measured both ran several times faster than NumpyOps' (`project/scripts/bench_dense.py`).
-On other ops (a GPU) the ops' own are used. `Relu` and `Softmax` are thinc's layers of the same
-names on that math: the same node names, dims, params and attrs, so pipelines saved with
-thinc's load.
+On other ops (a GPU) the ops' own are used. `Relu`, `Softmax` and `Maxout` are thinc's layers of
+the same names on that math: the same node names, dims, params and attrs, so pipelines saved
+with thinc's load.
 """
 
 from typing import Callable, Optional, Tuple
 
 import numpy
-from thinc.api import Dropout, Model, chain, glorot_uniform_init, zero_init
+from thinc.api import Dropout, LayerNorm, Model, chain, glorot_uniform_init, zero_init
 from thinc.types import Floats2d
 from thinc.util import get_width
 
@@ -51,6 +51,13 @@ def Softmax(nO: Optional[int] = None, nI: Optional[int] = None) -> Model:
                  params={"W": None, "b": None}, attrs={"softmax_normalize": True, "softmax_temperature": 1.0})
 
 
+def Maxout(nO: Optional[int] = None, nI: Optional[int] = None, nP: int = 3, *, normalize: bool = False) -> Model:
+    """The max of nP affine pieces per output, then layer norm if normalize: thinc's `Maxout`."""
+    model = Model("maxout", _maxout_forward, init=_init(glorot_uniform_init, pieces=True),
+                  dims={"nO": nO, "nI": nI, "nP": nP}, params={"W": None, "b": None})
+    return chain(model, LayerNorm(nI=nO)) if normalize else model
+
+
 def _affine(model: Model, X: Floats2d) -> Floats2d:
     Y = gemm(model.ops, X, model.get_param("W"), trans2=True)
     Y += model.get_param("b")
@@ -81,13 +88,31 @@ def _softmax_forward(model: Model, X: Floats2d, is_train: bool) -> Tuple[Floats2
     return Y, backprop
 
 
-def _init(init_W: Callable) -> Callable:
+def _maxout_forward(model: Model, X: Floats2d, is_train: bool) -> Tuple[Floats2d, Callable]:
+    nO, nP, nI = (model.get_dim(dim) for dim in ("nO", "nP", "nI"))
+    W = model.get_param("W").reshape((nO * nP, nI))
+    Y = gemm(model.ops, X, W, trans2=True)
+    Y += model.get_param("b").reshape((nO * nP,))
+    best, which = model.ops.maxout(Y.reshape((Y.shape[0], nO, nP)))
+
+    def backprop(d_best: Floats2d) -> Floats2d:
+        dY = model.ops.backprop_maxout(d_best, which, nP)
+        model.inc_grad("b", dY.sum(axis=0))
+        dY = dY.reshape((dY.shape[0], nO * nP))
+        model.inc_grad("W", gemm(model.ops, dY, X, trans1=True).reshape((nO, nP, nI)))
+        return gemm(model.ops, dY, W)
+
+    return best, backprop
+
+
+def _init(init_W: Callable, pieces: bool = False) -> Callable:
     def init(model: Model, X: Optional[Floats2d] = None, Y: Optional[Floats2d] = None) -> None:
         if X is not None and model.has_dim("nI") is None:
             model.set_dim("nI", get_width(X))
         if Y is not None and model.has_dim("nO") is None:
             model.set_dim("nO", get_width(Y))
-        model.set_param("W", init_W(model.ops, (model.get_dim("nO"), model.get_dim("nI"))))
-        model.set_param("b", zero_init(model.ops, (model.get_dim("nO"),)))
+        shape = (model.get_dim("nO"),) + ((model.get_dim("nP"),) if pieces else ())
+        model.set_param("W", init_W(model.ops, shape + (model.get_dim("nI"),)))
+        model.set_param("b", zero_init(model.ops, shape))
 
     return init

@@ -26,9 +26,10 @@ from spacy.attrs import intify_attr
 from spacy.strings import get_string_id
 from spacy.tokens import Doc
 from spacy.util import load_language_data, registry
-from thinc.api import HashEmbed, Maxout, Model, chain, concatenate, list2ragged, ragged2list, with_array
+from thinc.api import HashEmbed, Model, chain, concatenate, list2ragged, ragged2list, with_array
 from thinc.types import Floats2d, Ints2d
 
+from .dense import Maxout
 from .rows_once import embed_rows_once, is_row_embedding
 
 MISSING = numpy.iinfo("int32").min  # the value of a word a table does not have: one shared row

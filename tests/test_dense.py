@@ -2,7 +2,7 @@
 
 import numpy
 import pytest
-from thinc.api import NumpyOps, Relu, Softmax, chain
+from thinc.api import Maxout, NumpyOps, Relu, Softmax, chain
 
 from spacy_fofe import dense
 
@@ -34,6 +34,7 @@ def test_relu_and_its_gradient_equal_thincs():
 @pytest.mark.parametrize("ours,thincs", [
     (lambda: dense.Relu(4, 3, dropout=0.0), lambda: Relu(4, 3, dropout=0.0)),
     (lambda: chain(dense.Relu(4, 3), dense.Softmax(5, 4)), lambda: chain(Relu(4, 3), Softmax(5, 4))),
+    (lambda: dense.Maxout(4, 3, nP=3, normalize=True), lambda: Maxout(4, 3, nP=3, normalize=True)),
 ])
 def test_layers_load_thincs_weights_and_compute_the_same(ours, thincs):
     X = rng.normal(size=(8, 3)).astype("float32")
