@@ -9,7 +9,14 @@ import spacy
 from thinc.api import NumpyOps, require_cpu, require_gpu
 from thinc.util import has_cupy_gpu
 
-from spacy_fofe.fofe import GRID_OPS, char_boundary_codes, char_decay, prefix_fofe, prefix_fofe_backward
+from spacy_fofe.fofe import (
+    GRID_OPS,
+    char_boundary_codes,
+    char_decay,
+    fragment_grid,
+    prefix_fofe,
+    prefix_fofe_backward,
+)
 
 from helpers import (
     LEXEME_TABLES_EMBED,
@@ -44,6 +51,10 @@ def test_fofe_operations_on_gpu_equal_numpy(gpu_ops):
         grid = forward(x, 3, 2, 15)
         assert_same(forward(x_gpu, 3, 2, 15), grid)
         assert_same(backward(gpu_ops.asarray(grid), 13), backward(grid, 13))
+    placed = {place: x for place in ("start", "end", "mean", "start_decayed", "end_decayed")}
+    decay = rng.random((15, 3)).astype("float32")
+    assert_same(fragment_grid({k: x_gpu for k in placed}, 3, 15, gpu_ops.asarray(decay)),
+                fragment_grid(placed, 3, 15, decay))
     chars = rng.normal(size=(20, 3)).astype("float32")
     char_lengths = numpy.asarray([12, 8], dtype="int64")
     starts, ends = numpy.asarray([0, 4, 6, 12, 17]), numpy.asarray([3, 5, 11, 16, 20])
