@@ -171,10 +171,11 @@ def grid_mean_backward(d_grid: Floats3d, n_rows: int) -> Floats2d:
 
 
 def fragment_grid(placed: Dict[str, Floats2d], n: int, rows: int, decay: Optional[Floats2d] = None) -> Floats3d:
-    """The sum of the grids of `placed` ({"start" | "end" | "mean": (rows, width) arrays, each read
-    at that place}), minus decay * (the start grid of placed["start_decayed"] plus the end grid of
-    placed["end_decayed"]) when a (rows, n) `decay` is given; the arrays' first row is the grid's
-    first. Built one column l at a time, so no term makes a temporary of the grid's size.
+    """The sum of the grids of `placed` ({"start" | "end" | "mean": (N, width) arrays, each read at
+    that place, at least one}), minus decay * (the start grid of placed["start_decayed"] plus the
+    end grid of placed["end_decayed"]) when a (rows, n) `decay` is given. The arrays' first row is
+    the grid's first; rows past their end read as zeros. Built one column l at a time, so no term
+    makes a temporary of the grid's size.
     """
     first = next(iter(placed.values()))
     xp = get_array_module(first)

@@ -129,7 +129,8 @@ def _forward(model: Model, inputs: InT, is_train: bool) -> Tuple[Floats2d, Calla
     n = int(sizes.max())
     begin, end = (0, n_tokens) if is_train else (int(starts.min()), int(starts.max()) + 1)
     placed, backprop_placed = _project(model, codes.arrays, begin, min(end + n - 1, n_tokens))
-    grid = _grid(placed, codes, n, begin, end)
+    # Only the character CNN on: no code is read at a boundary, its block is added per fragment below.
+    grid = _grid(placed, codes, n, begin, end) if placed else ops.alloc3f(end - begin, n, nH)
     cells = ops.asarray((starts - begin) * n + sizes - 1)
     pre = grid.reshape((-1, nH))[cells]  # a copy: add and clip in place
     pre += model.get_param("b")

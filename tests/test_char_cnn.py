@@ -77,6 +77,19 @@ def test_a_pipeline_with_the_character_cnn_overfits_saves_and_loads(tmp_path, mo
     numpy.testing.assert_allclose(ner.predict([doc])[1], whole, atol=1e-5)
 
 
+def test_the_character_cnn_alone_overfits():
+    """No feature group but the CNN: no code is read at a fragment boundary, the CNN's max is all."""
+    spacy.util.fix_random_seed(0)
+    nlp = spacy.blank("en")
+    off = dict.fromkeys(("left_context", "right_context", "bag_of_words", "char_fofe"), False)
+    model = {**SMALL_MODEL, **off, "char_cnn": True, "char_cnn_width": 32, "char_cnn_window": 2, "length_bias": True}
+    nlp.add_pipe("fofe_ner", config={"model": model, "overlap_rate": 1.0, "disjoint_rate": 1.0})
+    train(nlp, make_examples(nlp, NESTED), steps=400)
+    assert nlp.get_pipe("fofe_ner").model.get_ref("projection").attrs["blocks"] == [CHAR_CNN]
+    for text, spans in NESTED:
+        assert predicted(nlp(text)) == sorted(spans), text
+
+
 def test_invalid_character_cnn_settings_name_them():
     with pytest.raises(ValueError, match="window"):
         CharCNNCodes(window=-1)

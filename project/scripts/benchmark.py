@@ -33,12 +33,12 @@ from results import RESULTS, write_section
 from spacy.util import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
-# The embedding spaCy's peers get when fofe_ner's config has no hash embedding to copy (the
-# vectors configs): spaCy's MultiHashEmbed with our attributes and sizes. Width 256 made spancat
-# 2.8x slower on GermEval with no F1 gain.
 # One thread for every system, in training and measurement alike: spaCy's blis runs on one,
 # while numpy's BLAS (fofe_ner's matrix products, spacy_fofe/dense.py) would take every core.
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+# The embedding spaCy's peers get when fofe_ner's config has no hash embedding to copy (the
+# vectors configs): spaCy's MultiHashEmbed with our attributes and sizes. Width 256 made spancat
+# 2.8x slower on GermEval with no F1 gain.
 EMBED = {"width": 128, "attrs": ["NORM", "LOWER", "PREFIX", "SUFFIX", "SHAPE"], "rows": [5000, 5000, 1000, 2500, 2500]}
 
 
