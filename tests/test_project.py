@@ -175,8 +175,9 @@ def test_benchmark_peers_get_the_fofe_configs_optimizer():
 
 
 def test_benchmark_peers_get_the_fofe_configs_lexeme_tables(tmp_path):
-    """With fofe_ner's embedding wrapped in LexemeTablesEmbed, as its tok2vec (conll.cfg) or as a Tok2Vec's
-    embed, the peers' MultiHashEmbed is wrapped the same way."""
+    """With fofe_ner's embedding wrapped in LexemeTablesEmbed, as its tok2vec (conll.cfg), as a Tok2Vec's
+    embed or next to vectors in a concatenate (conll_vectors.cfg), the peers' MultiHashEmbed is wrapped the
+    same way."""
     benchmark = load_benchmark_script()
     fofe = benchmark.fofe_config(germeval_cnn_args(), False)
     model = fofe["components"]["fofe_ner"]["model"]
@@ -188,13 +189,16 @@ def test_benchmark_peers_get_the_fofe_configs_lexeme_tables(tmp_path):
     peers = {}
     for name, tok2vec in (("plain", words), ("tables", {**tables, "embed": words}),
                           ("tok2vec", {"@architectures": "spacy.Tok2Vec.v2", "embed": {**tables, "embed": words},
-                                       "encode": encode})):
+                                       "encode": encode}),
+                          ("concatenate", {"@layers": "concatenate.v1", "*": {
+                              "hash": {**tables, "embed": words},
+                              "vectors": {"@layers": "spacy_fofe.TunedVectors.v1", "attr": "LOWER"}}})):
         model["tok2vec"] = tok2vec
         fofe.to_disk(tmp_path / f"{name}.cfg")
         args = germeval_cnn_args()
         args.fofe_config = str(tmp_path / f"{name}.cfg")
         peers[name] = benchmark.spacy_config(args, "spancat", False)["components"]["tok2vec"]["model"]["embed"]
-    assert peers["tok2vec"] == peers["tables"]
+    assert peers["tok2vec"] == peers["tables"] == peers["concatenate"]
     assert {key: peers["tables"][key] for key in tables} == tables
     assert peers["tables"]["embed"] == peers["plain"]
     assert peers["plain"]["@architectures"] == "spacy.MultiHashEmbed.v2"

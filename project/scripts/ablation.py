@@ -32,7 +32,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmark import ONE_THREAD
+from benchmark import ONE_THREAD, lexeme_tables
 from results import RESULTS, write_section
 from spacy.util import load_config
 
@@ -44,7 +44,6 @@ TABLE_OPTIONS = ("cluster_prefix_bits", "hyphen_parts")  # LexemeTablesEmbed's a
 VARIANTS = ("full", *(f"-{g}" for g in GROUPS), "-lexeme_tables", *(f"-{o}" for o in TABLE_OPTIONS),
             *(f"{sign}{o}" for o in SWITCHES for sign in "+-"), "+documents", "+both_forms", "+pretraining")
 NEEDS_DOCS = ("+documents", "+both_forms")
-LEXEME_EMBED = "spacy_fofe.LexemeTablesEmbed.v1"
 BENCHMARK = Path(__file__).with_name("benchmark.py")
 FINISHED = "trained.json"  # written in a variant's folder when its training has finished
 
@@ -74,20 +73,6 @@ def variant_config(base: Path, name: str):
         for block in tables:
             block.pop(name[1:])  # back to LexemeTablesEmbed's default, off
     return config
-
-
-def blocks(section: dict):
-    """A config section and every section below it."""
-    yield section
-    for value in section.values():
-        if isinstance(value, dict):
-            yield from blocks(value)
-
-
-def lexeme_tables(model: dict):
-    """(parent section, key) of every LexemeTablesEmbed in the model's config, however deep."""
-    return [(section, key) for section in blocks(model) for key, value in section.items()
-            if isinstance(value, dict) and value.get("@architectures") == LEXEME_EMBED]
 
 
 def run(command) -> None:

@@ -65,12 +65,28 @@ LEXEME_EMBED = "spacy_fofe.LexemeTablesEmbed.v1"
 def fofe_embedding(fofe):
     """(the fofe_ner config's LexemeTablesEmbed settings without its inner embed, or None; the
     block that embeds the words: the wrapped one, or the tok2vec's embed, or the tok2vec).
-    The tables are the tok2vec itself (conll.cfg, germeval.cfg) or its embed (a Tok2Vec's)."""
-    tok2vec = fofe["components"]["fofe_ner"]["model"]["tok2vec"]
-    embed = tok2vec if tok2vec.get("@architectures") == LEXEME_EMBED else tok2vec.get("embed", tok2vec)
-    if embed.get("@architectures") != LEXEME_EMBED:
-        return None, embed
-    return {key: value for key, value in embed.items() if key != "embed"}, embed["embed"]
+    The tables are the tok2vec itself (conll.cfg, germeval.cfg), a Tok2Vec's embed, or a block
+    next to the vectors in a concatenate (conll_vectors.cfg): the outermost one is taken."""
+    model = fofe["components"]["fofe_ner"]["model"]
+    places = lexeme_tables(model)
+    if not places:
+        return None, model["tok2vec"].get("embed", model["tok2vec"])
+    section, key = places[0]
+    return {k: v for k, v in section[key].items() if k != "embed"}, section[key]["embed"]
+
+
+def blocks(section: dict):
+    """A config section and every section below it, outer ones first."""
+    yield section
+    for value in section.values():
+        if isinstance(value, dict):
+            yield from blocks(value)
+
+
+def lexeme_tables(model: dict):
+    """(parent section, key) of every LexemeTablesEmbed in the model's config, however deep."""
+    return [(section, key) for section in blocks(model) for key, value in section.items()
+            if isinstance(value, dict) and value.get("@architectures") == LEXEME_EMBED]
 
 
 def peer_embedding(words, vectors: bool, small: bool) -> dict:
@@ -101,13 +117,13 @@ def spacy_config(args, system: str, vectors: bool):
         return config
     fofe = fofe_config(args, vectors)
     model = config["components"]["tok2vec"]["model"]
-    lexeme_tables, words = fofe_embedding(fofe)
+    tables, words = fofe_embedding(fofe)
     settings = peer_embedding(words, vectors, args.small)
     model["embed"].update(settings)
     model["encode"]["width"] = settings["width"]  # spaCy ties the embedding width to the encoder's
     model["embed"]["include_static_vectors"] = vectors
-    if lexeme_tables:  # the same Brown clusters and word frequencies around spaCy's MultiHashEmbed
-        model["embed"] = {**lexeme_tables, "width": settings["width"], "embed": model["embed"]}
+    if tables:  # the same Brown clusters and word frequencies around spaCy's MultiHashEmbed
+        model["embed"] = {**tables, "width": settings["width"], "embed": model["embed"]}
     config["training"]["optimizer"] = dict(fofe["training"]["optimizer"])
     return config
 
