@@ -121,15 +121,12 @@ def _window(y: Floats2d, n: int, begin: int, end: int) -> Floats2d:
 
 def grid_at_start(y: Floats2d, n: int, begin: int, end: int) -> Floats3d:
     """Cell (t, l) holds y[t]: a feature read at the fragment's first row."""
-    xp = get_array_module(y)
-    return xp.repeat(y[begin:end, None, :], n, axis=1)
+    return fragment_grid({"start": y[begin:]}, n, end - begin)
 
 
 def grid_at_end(y: Floats2d, n: int, begin: int, end: int) -> Floats3d:
     """Cell (t, l) holds y[t + l]: a feature read at the fragment's last row (zeros past the end)."""
-    xp = get_array_module(y)
-    rows = _window(y, n, begin, end)
-    return xp.stack([rows[k: k + end - begin] for k in range(n)], axis=1)
+    return fragment_grid({"end": y[begin:]}, n, end - begin)
 
 
 def grid_mean(y: Floats2d, n: int, begin: int, end: int) -> Floats3d:
@@ -138,14 +135,7 @@ def grid_mean(y: Floats2d, n: int, begin: int, end: int) -> Floats3d:
     A running sum along l, so it is exact however long the sequence is (a difference of
     two cumulative sums would lose precision on long documents in float32).
     """
-    xp = get_array_module(y)
-    rows = _window(y, n, begin, end)
-    out = xp.empty((end - begin, n, y.shape[1]), dtype=y.dtype)
-    running = xp.zeros((end - begin, y.shape[1]), dtype=y.dtype)
-    for k in range(n):
-        running += rows[k: k + end - begin]
-        out[:, k] = running / (k + 1)
-    return out
+    return fragment_grid({"mean": y[begin:]}, n, end - begin)
 
 
 def grid_at_start_backward(d_grid: Floats3d, n_rows: int) -> Floats2d:
