@@ -139,25 +139,15 @@ def grid_mean(y: Floats2d, n: int, begin: int, end: int) -> Floats3d:
 
 
 def grid_at_start_backward(d_grid: Floats3d, n_rows: int) -> Floats2d:
-    return d_grid.sum(axis=1)[:n_rows]
+    return fragment_grid_backward(d_grid, ("start",), n_rows)[0]["start"]
 
 
 def grid_at_end_backward(d_grid: Floats3d, n_rows: int) -> Floats2d:
-    xp = get_array_module(d_grid)
-    n = d_grid.shape[1]
-    d_padded = xp.zeros((n_rows + n, d_grid.shape[2]), dtype=d_grid.dtype)
-    for k in range(n):
-        d_padded[k: n_rows + k] += d_grid[:, k]
-    return d_padded[:n_rows]
+    return fragment_grid_backward(d_grid, ("end",), n_rows)[0]["end"]
 
 
 def grid_mean_backward(d_grid: Floats3d, n_rows: int) -> Floats2d:
-    xp = get_array_module(d_grid)
-    n = d_grid.shape[1]
-    scaled = d_grid / xp.arange(1, n + 1, dtype=d_grid.dtype)[None, :, None]
-    # Row t + k receives the gradient of every cell (t, l) with l >= k.
-    from_k = xp.cumsum(scaled[:, ::-1], axis=1)[:, ::-1]
-    return grid_at_end_backward(from_k, n_rows)
+    return fragment_grid_backward(d_grid, ("mean",), n_rows)[0]["mean"]
 
 
 def fragment_grid(placed: Dict[str, Floats2d], n: int, rows: int, decay: Optional[Floats2d] = None) -> Floats3d:
@@ -188,6 +178,49 @@ def fragment_grid(placed: Dict[str, Floats2d], n: int, rows: int, decay: Optiona
             scratch *= decay[:, k, None]
             cell -= scratch
     return grid
+
+
+
+def fragment_grid_backward(
+    d_grid: Floats3d, placed, n_rows: int, decay: Optional[Floats2d] = None, decay_grad: bool = False
+) -> Tuple[Dict[str, Floats2d], Optional[Floats2d]]:
+    """The gradient of fragment_grid for each of its arrays, given the gradient of its grid.
+
+    placed: the places fragment_grid was given (a dict of its arrays, or only their names
+    when decay_grad is off); n_rows: the arrays' rows. Returns ({place: (n_rows, width)}, and
+    with decay_grad the (rows, n) gradient of `decay`, which needs the decayed arrays, else
+    None). One column l at a time, as the forward pass, so no temporary of the grid's size.
+    """
+    xp = get_array_module(d_grid)
+    rows, n, width = d_grid.shape
+    # A place read at row t + l sends cell (t, l)'s gradient there: rows past n_rows are dropped.
+    padded = {place: xp.zeros((rows + n - 1, width), dtype=d_grid.dtype)
+              for place in placed if place in ("end", "mean", "end_decayed")}
+    d_start_decayed = xp.zeros((rows, width), dtype=d_grid.dtype) if decay is not None else None
+    running = xp.zeros((rows, width), dtype=d_grid.dtype) if "mean" in placed else None
+    scratch = xp.empty((rows, width), dtype=d_grid.dtype)
+    d_decay = xp.empty((rows, n), dtype=d_grid.dtype) if decay_grad else None
+    # Backwards over l: the mean's row t + k gets cell (t, l)'s gradient / (l + 1) for every l >= k.
+    for k in reversed(range(n)):
+        cell = d_grid[:, k]
+        if "end" in padded:
+            padded["end"][k: k + rows] += cell
+        if running is not None:
+            running += xp.divide(cell, k + 1, out=scratch)
+            padded["mean"][k: k + rows] += running
+        if decay is not None:
+            xp.multiply(cell, decay[:, k, None], out=scratch)
+            d_start_decayed -= scratch
+            padded["end_decayed"][k: k + rows] -= scratch
+        if d_decay is not None:
+            ends = _window(placed["end_decayed"], n, 0, rows)[k: k + rows]
+            d_decay[:, k] = -((placed["start_decayed"][:rows] + ends) * cell).sum(axis=1)
+    d_placed = {place: grad[:n_rows] for place, grad in padded.items()}
+    if "start" in placed:
+        d_placed["start"] = d_grid.sum(axis=1)[:n_rows]
+    if d_start_decayed is not None:
+        d_placed["start_decayed"] = d_start_decayed[:n_rows]
+    return d_placed, d_decay
 
 
 GRID_OPS = {

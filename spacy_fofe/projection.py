@@ -162,16 +162,10 @@ def _forward(model: Model, inputs: InT, is_train: bool) -> Tuple[Floats2d, Calla
         d_grid = ops.alloc2f(n_tokens * n, nH)
         d_grid[cells] = d_pre  # fragments are distinct, so are their cells: no scatter-add needed
         d_grid = d_grid.reshape((n_tokens, n, nH))
-        d_placed = {place: backward(d_grid, n_tokens)
-                    for place, (_, backward) in fofe.GRID_OPS.items() if place in placed}
-        d_alpha = None
-        if codes.char_bounds is not None:
-            decay = _char_decay(codes, n, 0, n_tokens)
-            d_decayed = -decay[:, :, None] * d_grid
-            d_placed["start_decayed"] = fofe.grid_at_start_backward(d_decayed, n_tokens)
-            d_placed["end_decayed"] = fofe.grid_at_end_backward(d_decayed, n_tokens)
-            if codes.char_alpha_learned:
-                d_alpha = _char_decay_alpha_grad(codes, placed, d_grid, decay, n, n_tokens)
+        decay = _char_decay(codes, n, 0, n_tokens) if codes.char_bounds is not None else None
+        learned_alpha = decay is not None and codes.char_alpha_learned
+        d_placed, d_decay = fofe.fragment_grid_backward(d_grid, placed, n_tokens, decay, decay_grad=learned_alpha)
+        d_alpha = _char_alpha_grad(codes, d_decay, decay, n, n_tokens) if learned_alpha else None
         d_arrays = backprop_placed(d_placed)
         if backprop_max is not None:
             d_W_max, d_arrays[CHAR_CNN] = backprop_max(d_pre)
@@ -193,14 +187,11 @@ def _char_decay(codes: Codes, n: int, begin: int, end: int):
     return fofe.char_decay(*codes.char_bounds, n, codes.char_alpha, begin, end)
 
 
-def _char_decay_alpha_grad(codes: Codes, placed, d_grid: Floats3d, decay, n: int, n_tokens: int):
-    """dL/dalpha of the fragments' decay term -alpha**L * (start + end rows): d(alpha**L)/dalpha
-    is L * alpha**L / alpha."""
-    raw = fofe.grid_at_start(placed["start_decayed"], n, 0, n_tokens)
-    raw += fofe.grid_at_end(placed["end_decayed"], n, 0, n_tokens)
+def _char_alpha_grad(codes: Codes, d_decay: Floats2d, decay: Floats2d, n: int, n_tokens: int):
+    """dL/dalpha from the gradient of the fragments' decay alpha**L: d(alpha**L)/dalpha is
+    L * alpha**L / alpha."""
     n_chars = fofe.fragment_char_lengths(*codes.char_bounds, n, 0, n_tokens)
-    d_decay = (d_grid * raw).sum(axis=2)
-    return -(d_decay * decay * n_chars).sum(keepdims=True).reshape((1,)) / codes.char_alpha
+    return (d_decay * decay * n_chars).sum(keepdims=True).reshape((1,)) / codes.char_alpha
 
 
 def _grid(placed: Dict[str, Floats2d], codes: Codes, n: int, begin: int, end: int) -> Floats3d:

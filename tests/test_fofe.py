@@ -218,3 +218,28 @@ def test_fragment_grid_is_each_cells_sum_of_features(places, decayed):
             if decayed:
                 want -= decay[t, length] * (placed["start_decayed"][t] + row("end_decayed", t + length))
             numpy.testing.assert_allclose(grid[t, length], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("places", [("start", "end", "mean"), ("end",), ("mean", "start")])
+@pytest.mark.parametrize("decayed", [False, True])
+def test_fragment_grid_backward_is_the_adjoint_and_gives_the_decay_gradient(places, decayed):
+    """<fragment_grid(placed), g> = sum over places of <placed[p], backward(g)[p]>, and the decay
+    gradient of cell (t, l) is -<g[t, l], start_decayed[t] + end_decayed[t + l]>."""
+    rng = numpy.random.default_rng(4)
+    rows, n = 7, 4
+    names = places + (("start_decayed", "end_decayed") if decayed else ())
+    placed = {name: rng.normal(size=(rows, 3)).astype("float32") for name in names}
+    decay = rng.random((rows, n)).astype("float32") if decayed else None
+    g = rng.normal(size=(rows, n, 3)).astype("float32")
+    d_placed, d_decay = fofe.fragment_grid_backward(g, placed, rows, decay, decay_grad=decayed)
+    assert sorted(d_placed) == sorted(names)
+    assert all(d.shape == (rows, 3) for d in d_placed.values())
+    lhs = float((fofe.fragment_grid(placed, n, rows, decay) * g).sum())
+    rhs = sum(float((placed[name] * d_placed[name]).sum()) for name in names)
+    assert abs(lhs - rhs) < 1e-3
+    if decayed:
+        raw = fofe.grid_at_start(placed["start_decayed"], n, 0, rows)
+        raw += fofe.grid_at_end(placed["end_decayed"], n, 0, rows)
+        numpy.testing.assert_allclose(d_decay, -(g * raw).sum(axis=2), rtol=1e-5, atol=1e-5)
+    else:
+        assert d_decay is None

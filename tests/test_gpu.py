@@ -14,6 +14,7 @@ from spacy_fofe.fofe import (
     char_boundary_codes,
     char_decay,
     fragment_grid,
+    fragment_grid_backward,
     prefix_fofe,
     prefix_fofe_backward,
 )
@@ -55,6 +56,13 @@ def test_fofe_operations_on_gpu_equal_numpy(gpu_ops):
     decay = rng.random((15, 3)).astype("float32")
     assert_same(fragment_grid({k: x_gpu for k in placed}, 3, 15, gpu_ops.asarray(decay)),
                 fragment_grid(placed, 3, 15, decay))
+    d_grid = rng.normal(size=(15, 3, 4)).astype("float32")
+    placed_gpu = {k: x_gpu for k in placed}
+    on_gpu = fragment_grid_backward(gpu_ops.asarray(d_grid), placed_gpu, 15, gpu_ops.asarray(decay), True)
+    on_cpu = fragment_grid_backward(d_grid, placed, 15, decay, True)
+    for place in placed:
+        assert_same(on_gpu[0][place], on_cpu[0][place])
+    assert_same(on_gpu[1], on_cpu[1])
     chars = rng.normal(size=(20, 3)).astype("float32")
     char_lengths = numpy.asarray([12, 8], dtype="int64")
     starts, ends = numpy.asarray([0, 4, 6, 12, 17]), numpy.asarray([3, 5, 11, 16, 20])
