@@ -12,6 +12,7 @@ from typing import Callable, Optional, Tuple
 
 import numpy
 from thinc.api import Dropout, LayerNorm, Model, chain, glorot_uniform_init, zero_init
+from thinc.layers import maxout as thinc_maxout
 from thinc.types import Floats2d
 from thinc.util import get_width
 
@@ -56,6 +57,15 @@ def Maxout(nO: Optional[int] = None, nI: Optional[int] = None, nP: int = 3, *, n
     model = Model("maxout", _maxout_forward, init=_init(glorot_uniform_init, pieces=True),
                   dims={"nO": nO, "nI": nI, "nP": nP}, params={"W": None, "b": None})
     return chain(model, LayerNorm(nI=nO)) if normalize else model
+
+
+def numpy_maxouts(model: Model) -> Model:
+    """Let every thinc Maxout inside `model` (spaCy's MultiHashEmbed and CNN encoders have them)
+    compute as this module's Maxout: the same node, params and init, only its forward replaced."""
+    for node in model.walk():
+        if getattr(node, "_func", None) is thinc_maxout.forward:
+            node.replace_callbacks(_maxout_forward, init=node.init)
+    return model
 
 
 def _affine(model: Model, X: Floats2d) -> Floats2d:

@@ -19,7 +19,7 @@ from thinc.types import Floats2d, Ints2d
 
 from . import fofe, second_pass
 from .char_cnn import CharCNNCodes
-from .dense import Relu, Softmax
+from .dense import Relu, Softmax, numpy_maxouts
 from .fragments import enumerate_fragments, within_sentences
 from .position_codes import (
     CharFOFECodes,
@@ -93,7 +93,8 @@ def build_fofe_ner_model(
     char_codes = CharFOFECodes(char_width, n_char_buckets, char_alpha, stop_at_sentences,
                                learn_alpha=learn_char_alpha) if char_fofe else None
     cnn = CharCNNCodes(char_cnn_width, char_width, n_char_buckets, char_cnn_window) if char_cnn else None
-    codes = PositionCodes(tok2vec, word_codes, char_codes, stop_at_sentences, char_cnn=cnn)
+    # spaCy's embeddings and CNNs mix their rows with thinc's Maxout: on numpy's products too.
+    codes = PositionCodes(numpy_maxouts(tok2vec), word_codes, char_codes, stop_at_sentences, char_cnn=cnn)
     nL = LENGTH_ROWS if length_bias else 0
     projection = FragmentProjection(blocks_of(groups), nO=hidden_width, nC=char_width if char_fofe else 0,
                                     dropout=dropout, nF=char_cnn_width if char_cnn else 0, nL=nL)

@@ -62,3 +62,32 @@ def test_softmax_rows_are_probabilities():
     numpy.testing.assert_allclose(Y.sum(axis=1), [1, 1], rtol=1e-6)
     numpy.testing.assert_allclose(Y[1], [1 / 3] * 3, rtol=1e-6)
     assert Y[0].argmax() == 0
+
+
+def test_numpy_maxouts_swaps_thincs_maxout_and_computes_the_same():
+    X = rng.normal(size=(8, 3)).astype("float32")
+    theirs = chain(Maxout(4, 3, nP=3, normalize=True), Relu(2, 4)).initialize()
+    mine = dense.numpy_maxouts(chain(Maxout(4, 3, nP=3, normalize=True), Relu(2, 4))).from_bytes(theirs.to_bytes())
+    maxout = [node for node in mine.walk() if node.name == "maxout"]
+    assert [node._func for node in maxout] == [dense._maxout_forward]
+    Y, backprop = mine.begin_update(X)
+    Y_theirs, backprop_theirs = theirs.begin_update(X)
+    numpy.testing.assert_allclose(Y, Y_theirs, rtol=1e-5, atol=1e-6)
+    dY = rng.normal(size=Y.shape).astype("float32")
+    numpy.testing.assert_allclose(backprop(dY), backprop_theirs(dY), rtol=1e-5, atol=1e-5)
+    their_maxout = theirs.layers[0].layers[0]
+    numpy.testing.assert_allclose(maxout[0].get_grad("W"), their_maxout.get_grad("W"), rtol=1e-5, atol=1e-5)
+    # A fresh model still initializes through thinc's own init.
+    assert dense.numpy_maxouts(Maxout(4, 3)).initialize(X=X).get_param("W").shape == (4, 3, 3)
+
+
+def test_the_fofe_model_runs_spacys_embedding_maxout_on_numpy():
+    from spacy.ml.models.tok2vec import MultiHashEmbed
+    from thinc.layers import maxout as thinc_maxout
+
+    from spacy_fofe.model import build_fofe_ner_model
+
+    tok2vec = MultiHashEmbed(width=8, attrs=["NORM", "SHAPE"], rows=[50, 20], include_static_vectors=False)
+    model = build_fofe_ner_model(tok2vec, hidden_width=8, nO=3)
+    funcs = [node._func for node in model.walk() if node.name == "maxout"]
+    assert funcs and thinc_maxout.forward not in funcs
