@@ -180,7 +180,6 @@ def fragment_grid(placed: Dict[str, Floats2d], n: int, rows: int, decay: Optiona
     return grid
 
 
-
 def fragment_grid_backward(
     d_grid: Floats3d, placed, n_rows: int, decay: Optional[Floats2d] = None, decay_grad: bool = False
 ) -> Tuple[Dict[str, Floats2d], Optional[Floats2d]]:
@@ -200,6 +199,8 @@ def fragment_grid_backward(
     running = xp.zeros((rows, width), dtype=d_grid.dtype) if "mean" in placed else None
     scratch = xp.empty((rows, width), dtype=d_grid.dtype)
     d_decay = xp.empty((rows, n), dtype=d_grid.dtype) if decay_grad else None
+    if decay_grad:
+        starts, ends = placed["start_decayed"][:rows], _window(placed["end_decayed"], n, 0, rows)
     # Backwards over l: the mean's row t + k gets cell (t, l)'s gradient / (l + 1) for every l >= k.
     for k in reversed(range(n)):
         cell = d_grid[:, k]
@@ -213,8 +214,7 @@ def fragment_grid_backward(
             d_start_decayed -= scratch
             padded["end_decayed"][k: k + rows] -= scratch
         if d_decay is not None:
-            ends = _window(placed["end_decayed"], n, 0, rows)[k: k + rows]
-            d_decay[:, k] = -((placed["start_decayed"][:rows] + ends) * cell).sum(axis=1)
+            d_decay[:, k] = -((starts + ends[k: k + rows]) * cell).sum(axis=1)
     d_placed = {place: grad[:n_rows] for place, grad in padded.items()}
     if "start" in placed:
         d_placed["start"] = d_grid.sum(axis=1)[:n_rows]
