@@ -13,7 +13,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy
 from spacy.util import registry
 from thinc.api import Model, glorot_uniform_init
-from thinc.types import Floats2d, Floats3d, Ints2d
+from thinc.types import Floats2d, Ints2d
 
 from . import fofe
 from .char_cnn import CHAR_CNN, project_fragment_max
@@ -129,8 +129,10 @@ def _forward(model: Model, inputs: InT, is_train: bool) -> Tuple[Floats2d, Calla
     n = int(sizes.max())
     begin, end = (0, n_tokens) if is_train else (int(starts.min()), int(starts.max()) + 1)
     placed, backprop_placed = _project(model, codes.arrays, begin, min(end + n - 1, n_tokens))
+    # alpha ** (characters in the fragment) of each grid cell; training's backward reuses it (begin is 0 there).
+    decay = _char_decay(codes, n, begin, end) if codes.char_bounds is not None else None
     # Only the character CNN on: no code is read at a boundary, its block is added per fragment below.
-    grid = _grid(placed, codes, n, begin, end) if placed else ops.alloc3f(end - begin, n, nH)
+    grid = fofe.fragment_grid(placed, n, end - begin, decay) if placed else ops.alloc3f(end - begin, n, nH)
     cells = ops.asarray((starts - begin) * n + sizes - 1)
     pre = grid.reshape((-1, nH))[cells]  # a copy: add and clip in place
     pre += model.get_param("b")
@@ -162,7 +164,6 @@ def _forward(model: Model, inputs: InT, is_train: bool) -> Tuple[Floats2d, Calla
         d_grid = ops.alloc2f(n_tokens * n, nH)
         d_grid[cells] = d_pre  # fragments are distinct, so are their cells: no scatter-add needed
         d_grid = d_grid.reshape((n_tokens, n, nH))
-        decay = _char_decay(codes, n, 0, n_tokens) if codes.char_bounds is not None else None
         learned_alpha = decay is not None and codes.char_alpha_learned
         d_placed, d_decay = fofe.fragment_grid_backward(d_grid, placed, n_tokens, decay, decay_grad=learned_alpha)
         d_alpha = _char_alpha_grad(codes, d_decay, decay, n, n_tokens) if learned_alpha else None
@@ -192,13 +193,6 @@ def _char_alpha_grad(codes: Codes, d_decay: Floats2d, decay: Floats2d, n: int, n
     L * alpha**L / alpha."""
     n_chars = fofe.fragment_char_lengths(*codes.char_bounds, n, 0, n_tokens)
     return (d_decay * decay * n_chars).sum(keepdims=True).reshape((1,)) / codes.char_alpha
-
-
-def _grid(placed: Dict[str, Floats2d], codes: Codes, n: int, begin: int, end: int) -> Floats3d:
-    """Pre-activations (without b) of the fragments starting on rows begin..end, as a
-    (end - begin, n, nH) grid; `placed` holds the projected rows from `begin` on."""
-    decay = _char_decay(codes, n, begin, end) if codes.char_bounds is not None else None
-    return fofe.fragment_grid(placed, n, end - begin, decay)
 
 
 def _project(model: Model, arrays: Dict[str, Floats2d], begin: int, stop: int):
