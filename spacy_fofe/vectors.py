@@ -1,68 +1,124 @@
-"""A trainable word-embedding table initialised from the pipeline's static vectors.
+"""Word rows from the pipeline's pretrained vectors, looked up by a token attribute.
 
-spaCy's StaticVectors keep pretrained vectors frozen behind a learned projection. The FOFE
-paper (and our prototype) instead start a word table from pretrained vectors and fine-tune
-it, which is what this layer does: rows are looked up by the token's `attr` (LOWER by
-default, as `spacy init vectors --attr LOWER` builds them) in `vocab.vectors`; tokens
-without a vector share one learned row. With `word_dropout`, training sends a random share
-of the tokens to that row too, so the net learns to read a word it has no vector for from
-its affixes, shape and context (word dropout, as WordDropoutHashEmbed does for hash rows).
+spaCy's StaticVectors reads `vocab.vectors` by the attribute the table was built with, which
+spaCy does not save with a default-mode table (it reads ORTH again after loading), so a table
+built with `spacy init vectors --attr LOWER`, as GloVe is, then misses every capitalised word.
+This layer names its attribute itself (LOWER by default). Tokens without a vector share one
+learned row. With `word_dropout`, training sends a random share of the tokens to that row too,
+so the net learns to read a word it has no vector for from its affixes, shape and context (word
+dropout, as WordDropoutHashEmbed does for hash rows).
 
-The table is copied into the model at initialize, so the saved model holds it too; the
-vocab's vectors must stay the ones it was built from (their key-to-row map is used).
+By default the vectors are read as they are (frozen) and only the unknown row learns: a word
+that is missing from the training data then has its row in the same space as the words the
+net was trained on, and training does not update a table of every word each step, which made
+it several times slower. With `fine_tune` the table is copied into the model at initialize and
+trained, as the FOFE paper does (`TunedVectors.v1`, kept for the pipelines and configs that
+name it). Either way the vocab's vectors must stay the ones the model was trained with.
 """
 
-from typing import List, Optional
+from typing import Callable, List, Optional, Tuple
 
 import numpy
 from spacy.attrs import intify_attr
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Model
+from thinc.api import Model, get_array_module
 from thinc.types import Floats2d
 
 
-@registry.layers("spacy_fofe.TunedVectors.v1")
-def TunedVectors(attr: str = "LOWER", word_dropout: float = 0.0) -> Model[List[Doc], List[Floats2d]]:
-    """Token vectors from a fine-tuned copy of vocab.vectors (width = the vectors' width).
+@registry.layers("spacy_fofe.WordVectors.v1")
+def WordVectors(attr: str = "LOWER", word_dropout: float = 0.0,
+                fine_tune: bool = False) -> Model[List[Doc], List[Floats2d]]:
+    """Token rows from vocab.vectors (width = the vectors' width), frozen unless `fine_tune`.
 
     word_dropout: the share of tokens that get the unknown row in training, in [0, 1).
     """
     if intify_attr(attr) is None:
-        raise ValueError(f"spacy_fofe.TunedVectors.v1: unknown token attribute {attr!r}")
+        raise ValueError(f"spacy_fofe.WordVectors.v1: unknown token attribute {attr!r}")
     if not 0.0 <= word_dropout < 1.0:
-        raise ValueError(f"spacy_fofe.TunedVectors.v1: word_dropout must be in [0, 1), got {word_dropout}")
-    return Model("tuned_vectors", forward, init=init, attrs={"attr": attr, "word_dropout": word_dropout},
-                 dims={"nO": None})
+        raise ValueError(f"spacy_fofe.WordVectors.v1: word_dropout must be in [0, 1), got {word_dropout}")
+    if fine_tune:
+        return Model("tuned_vectors", _tuned_forward, init=_tuned_init,
+                     attrs={"attr": attr, "word_dropout": word_dropout}, dims={"nO": None})
+    return Model("word_vectors", _frozen_forward, init=_frozen_init,
+                 attrs={"attr": attr, "word_dropout": word_dropout}, dims={"nO": None}, params={"U": None})
 
 
-def init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
+@registry.layers("spacy_fofe.TunedVectors.v1")
+def TunedVectors(attr: str = "LOWER", word_dropout: float = 0.0) -> Model[List[Doc], List[Floats2d]]:
+    """WordVectors with fine_tune: a trained copy of vocab.vectors."""
+    return WordVectors(attr, word_dropout, fine_tune=True)
+
+
+def _vectors(docs: Optional[List[Doc]]):
+    if not docs:
+        raise ValueError("spacy_fofe.WordVectors.v1 needs sample docs to find the vocab's vectors")
+    vectors = docs[0].vocab.vectors
+    if vectors.shape[0] == 0 or vectors.shape[1] == 0:
+        raise ValueError("spacy_fofe.WordVectors.v1: the pipeline has no vectors. Set [initialize] vectors "
+                         "(or --paths.vectors), e.g. to GloVe built with `spacy init vectors ... --attr LOWER`.")
+    return vectors
+
+
+def _frozen_init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
+    if model.has_param("U") is True:
+        return
+    width = _vectors(X).shape[1]
+    model.set_dim("nO", width)
+    model.set_param("U", model.ops.alloc2f(1, width))
+
+
+def _tuned_init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
     if model.has_param("E") is True:
         return
-    if not X:
-        raise ValueError("spacy_fofe.TunedVectors.v1 needs sample docs to find the vocab's vectors")
-    vectors = X[0].vocab.vectors
-    if vectors.shape[0] == 0 or vectors.shape[1] == 0:
-        raise ValueError("spacy_fofe.TunedVectors.v1: the pipeline has no vectors. Set [initialize] vectors "
-                         "(or --paths.vectors), e.g. to GloVe built with `spacy init vectors ... --attr LOWER`.")
-    table = model.ops.to_numpy(vectors.data).astype("float32")
+    table = model.ops.to_numpy(_vectors(X).data).astype("float32")
     unknown = numpy.zeros((1, table.shape[1]), dtype="float32")
     model.set_dim("nO", table.shape[1])
     model.set_param("E", model.ops.asarray(numpy.concatenate([table, unknown])))
 
 
-def forward(model: Model, docs: List[Doc], is_train: bool):
+def _rows(model: Model, docs: List[Doc], is_train: bool) -> numpy.ndarray:
+    """Each token's row in vocab.vectors; -1 for a token without a vector or dropped in training."""
+    keys = numpy.concatenate([doc.to_array(intify_attr(model.attrs["attr"])) for doc in docs])
+    rows = numpy.asarray(docs[0].vocab.vectors.find(keys=keys), dtype="int64")
+    rate = model.attrs.get("word_dropout", 0.0)  # pipelines saved before the setting lack it
+    if is_train and rate > 0.0:
+        rows[numpy.random.uniform(size=len(rows)) < rate] = -1
+    return rows
+
+
+def _frozen_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats2d], Callable]:
+    unknown = model.get_param("U")
+    lengths = [len(doc) for doc in docs]
+    if not docs or sum(lengths) == 0:
+        return [model.ops.alloc2f(n, unknown.shape[1]) for n in lengths], lambda d: []
+    data = docs[0].vocab.vectors.data
+    if data.shape[1] != unknown.shape[1]:
+        raise ValueError(f"spacy_fofe.WordVectors.v1: the vocab's vectors are {data.shape[1]} wide, the model "
+                         f"was trained on {unknown.shape[1]}-wide ones; load the pipeline's own vectors")
+    rows = _rows(model, docs, is_train)
+    missing = rows < 0
+    found = get_array_module(data).asarray(rows[~missing])  # gathered where the table lives
+    flat = model.ops.alloc2f(len(rows), unknown.shape[1])
+    flat[model.ops.asarray(~missing)] = model.ops.asarray(data[found])
+    missing = model.ops.asarray(missing)
+    flat[missing] = unknown
+    output = model.ops.unflatten(flat, model.ops.asarray(lengths))
+
+    def backprop(d_output: List[Floats2d]) -> List[Doc]:
+        model.inc_grad("U", model.ops.flatten(d_output)[missing].sum(axis=0, keepdims=True))
+        return []
+
+    return output, backprop
+
+
+def _tuned_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats2d], Callable]:
     table = model.get_param("E")
     lengths = [len(doc) for doc in docs]
     if not docs or sum(lengths) == 0:
         return [model.ops.alloc2f(n, table.shape[1]) for n in lengths], lambda d: []
-    attr = intify_attr(model.attrs["attr"])
-    keys = numpy.concatenate([doc.to_array(attr) for doc in docs])
-    rows = numpy.asarray(docs[0].vocab.vectors.find(keys=keys), dtype="int64")
+    rows = _rows(model, docs, is_train)
     rows[rows < 0] = table.shape[0] - 1
-    rate = model.attrs.get("word_dropout", 0.0)  # pipelines saved before the setting lack it
-    if is_train and rate > 0.0:
-        rows[numpy.random.uniform(size=len(rows)) < rate] = table.shape[0] - 1
     rows = model.ops.asarray(rows)
     output = model.ops.unflatten(table[rows], model.ops.asarray(lengths))
 

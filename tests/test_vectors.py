@@ -1,10 +1,12 @@
-"""spacy_fofe.TunedVectors.v1: starts from the vocab's vectors, learns, and shares one row for unknown words."""
+"""spacy_fofe.WordVectors.v1 (frozen by default) and TunedVectors.v1 (its fine-tuned form): rows from
+the vocab's vectors by the lower-case form, one learned row for unknown words, word dropout."""
 
 import numpy
 import pytest
 import spacy
+from thinc.api import Adam
 
-from spacy_fofe.vectors import TunedVectors
+from spacy_fofe.vectors import TunedVectors, WordVectors
 
 
 @pytest.fixture
@@ -15,8 +17,9 @@ def nlp():
     return nlp
 
 
-def test_rows_start_from_the_vectors_by_lower_form_and_unknown_words_share_a_row(nlp):
-    layer = TunedVectors("LOWER")
+@pytest.mark.parametrize("make", [WordVectors, TunedVectors])
+def test_rows_come_from_the_vectors_by_lower_form_and_unknown_words_share_a_row(nlp, make):
+    layer = make("LOWER")
     docs = [nlp("Ann saw PARIS"), nlp("")]
     layer.initialize(X=docs)
     out = layer.predict(docs)
@@ -24,7 +27,7 @@ def test_rows_start_from_the_vectors_by_lower_form_and_unknown_words_share_a_row
     numpy.testing.assert_array_equal(out[0][:, 0], [2.0, 0.0, 1.0])
 
 
-def test_gradients_reach_the_rows_that_were_used(nlp):
+def test_tuned_gradients_reach_the_rows_that_were_used(nlp):
     layer = TunedVectors("LOWER")
     docs = [nlp("Ann saw Paris paris")]
     layer.initialize(X=docs)
@@ -37,13 +40,46 @@ def test_gradients_reach_the_rows_that_were_used(nlp):
     assert numpy.count_nonzero(grad[:, 0]) == 3
 
 
-def test_a_pipeline_without_vectors_is_a_clear_error():
+def test_frozen_vectors_stay_and_only_the_unknown_row_learns(nlp):
+    layer = WordVectors("LOWER")
+    docs = [nlp("Ann saw Paris paris , then")]
+    layer.initialize(X=docs)
+    assert layer.param_names == ("U",)  # no copy of the table in the model
+    before = nlp.vocab.vectors.data.copy()
+    optimizer = Adam(0.1)
+    for _ in range(3):
+        out, backprop = layer.begin_update(docs)
+        backprop([numpy.ones_like(out[0])])
+        assert layer.get_grad("U")[0, 0] == 3.0  # "saw", ",", "then"
+        layer.finish_update(optimizer)
+    numpy.testing.assert_array_equal(nlp.vocab.vectors.data, before)
+    out = layer.predict(docs)[0]
+    numpy.testing.assert_array_equal(out[[0, 2, 3], 0], [2.0, 1.0, 1.0])
+    assert (out[[1, 4, 5], 0] < 0).all() and len(set(out[[1, 4, 5], 0])) == 1  # the unknown row moved
+
+
+def test_frozen_vectors_round_trip_and_refuse_vectors_of_another_width(nlp):
+    layer = WordVectors("LOWER")
+    docs = [nlp("Ann saw Paris")]
+    layer.initialize(X=docs)
+    layer.set_param("U", numpy.full((1, 3), 7.0, dtype="float32"))
+    loaded = WordVectors("LOWER").from_bytes(layer.to_bytes())
+    numpy.testing.assert_array_equal(loaded.predict(docs)[0], layer.predict(docs)[0])
+    other = spacy.blank("en")
+    other.vocab.set_vector("paris", numpy.ones(5, dtype="float32"))
+    with pytest.raises(ValueError, match="3-wide"):
+        loaded.predict([other("Paris")])
+
+
+@pytest.mark.parametrize("make", [WordVectors, TunedVectors])
+def test_a_pipeline_without_vectors_is_a_clear_error(make):
     with pytest.raises(ValueError, match="no vectors"):
-        TunedVectors().initialize(X=[spacy.blank("en")("a b")])
+        make().initialize(X=[spacy.blank("en")("a b")])
 
 
-def test_word_dropout_sends_a_share_of_the_tokens_to_the_unknown_row_in_training_only(nlp):
-    layer = TunedVectors("LOWER", word_dropout=0.5)
+@pytest.mark.parametrize("make,param", [(WordVectors, "U"), (TunedVectors, "E")])
+def test_word_dropout_sends_a_share_of_the_tokens_to_the_unknown_row_in_training_only(nlp, make, param):
+    layer = make("LOWER", word_dropout=0.5)
     docs = [nlp(" ".join(["Paris"] * 2000))]
     layer.initialize(X=docs)
     assert (layer.predict(docs)[0][:, 0] == 1.0).all()  # inference: every token its own row
@@ -52,6 +88,6 @@ def test_word_dropout_sends_a_share_of_the_tokens_to_the_unknown_row_in_training
     dropped = out[0][:, 0] == 0.0  # the unknown row starts at zeros
     assert 0.45 < dropped.mean() < 0.55
     backprop([numpy.ones_like(out[0])])
-    assert layer.get_grad("E")[-1, 0] == dropped.sum()  # the dropped tokens train the unknown row
+    assert layer.get_grad(param)[-1, 0] == dropped.sum()  # the dropped tokens train the unknown row
     with pytest.raises(ValueError, match="word_dropout"):
-        TunedVectors(word_dropout=1.0)
+        make(word_dropout=1.0)
