@@ -18,6 +18,7 @@ from spacy_fofe.fofe import (
     prefix_fofe,
     prefix_fofe_backward,
 )
+from spacy_fofe.vectors import WordVectors
 
 from helpers import (
     LEXEME_TABLES_EMBED,
@@ -128,3 +129,28 @@ def test_model_options_on_gpu_score_like_cpu_and_train(gpu_ops, tmp_path, option
     assert not isinstance(gpu_nlp.get_pipe("fofe_ner").model.ops, NumpyOps)
     for text, spans in NESTED:
         assert predicted(gpu_nlp(text)) == sorted(spans), text
+
+
+@pytest.mark.parametrize("fine_tune", [False, True])
+def test_word_vectors_on_gpu_equal_cpu_and_train(gpu_ops, fine_tune):
+    """Frozen rows are gathered where the vocab's table lives (host or device)."""
+    nlp = spacy.blank("en")
+    for word, value in [("paris", 1.0), ("ann", 2.0)]:
+        nlp.vocab.set_vector(word, numpy.full(3, value, dtype="float32"))
+    docs = [nlp("Ann saw PARIS"), nlp("")]
+    require_cpu()
+    cpu = WordVectors(fine_tune=fine_tune)
+    cpu.initialize(X=docs)
+    expected = cpu.predict(docs)
+    require_gpu(0)
+    for table_on_gpu in (False, True):
+        if table_on_gpu:
+            nlp.vocab.vectors.to_ops(gpu_ops)
+        layer = WordVectors(fine_tune=fine_tune)
+        layer.initialize(X=docs)
+        out, backprop = layer.begin_update(docs)
+        for gpu_rows, cpu_rows in zip(out, expected):
+            assert_same(gpu_rows, cpu_rows)
+        backprop([gpu_ops.alloc2f(*rows.shape) + 1.0 for rows in out])
+        grad = layer.get_grad("E" if fine_tune else "U")
+        assert float(grad[-1, 0]) == 1.0  # "saw": the unknown row
