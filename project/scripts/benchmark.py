@@ -43,7 +43,7 @@ EMBED = {"width": 128, "attrs": ["NORM", "LOWER", "PREFIX", "SUFFIX", "SHAPE"], 
 
 
 def fofe_config_path(args, vectors: bool) -> Path:
-    """Our config for the corpus (or --fofe-config); with vectors, the fine-tuned vectors one (TunedVectors)."""
+    """Our config for the corpus (or --fofe-config); with vectors, conll_vectors.cfg."""
     if vectors:
         return ROOT / "configs" / "conll_vectors.cfg"
     if args.fofe_config:
