@@ -14,6 +14,8 @@ net was trained on, and training does not update a table of every word each step
 it several times slower. With `fine_tune` the table is copied into the model at initialize and
 trained, as the FOFE paper does (`TunedVectors.v1`, kept for the pipelines and configs that
 name it). Either way the vocab's vectors must stay the ones the model was trained with.
+Frozen rows also come from floret tables (`spacy init vectors --mode floret`), which give every
+word a vector from its character n-grams.
 """
 
 from typing import Callable, List, Optional, Tuple
@@ -71,16 +73,27 @@ def _frozen_init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
 def _tuned_init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
     if model.has_param("E") is True:
         return
-    table = model.ops.to_numpy(_vectors(X).data).astype("float32")
+    vectors = _vectors(X)
+    if vectors.mode == "floret":
+        raise ValueError("spacy_fofe.WordVectors.v1: fine_tune needs a table with a row per word; floret "
+                         "vectors build a word's row from its n-grams, so read them frozen (fine_tune = false)")
+    table = model.ops.to_numpy(vectors.data).astype("float32")
     unknown = numpy.zeros((1, table.shape[1]), dtype="float32")
     model.set_dim("nO", table.shape[1])
     model.set_param("E", model.ops.asarray(numpy.concatenate([table, unknown])))
 
 
+def _keys(model: Model, docs: List[Doc]) -> numpy.ndarray:
+    return numpy.concatenate([doc.to_array(intify_attr(model.attrs["attr"])) for doc in docs])
+
+
 def _rows(model: Model, docs: List[Doc], is_train: bool) -> numpy.ndarray:
     """Each token's row in vocab.vectors; -1 for a token without a vector or dropped in training."""
-    keys = numpy.concatenate([doc.to_array(intify_attr(model.attrs["attr"])) for doc in docs])
-    rows = numpy.asarray(docs[0].vocab.vectors.find(keys=keys), dtype="int64")
+    vectors = docs[0].vocab.vectors
+    if vectors.mode == "floret":  # every word has a vector; 0 only marks it found
+        rows = numpy.zeros(sum(len(doc) for doc in docs), dtype="int64")
+    else:
+        rows = numpy.asarray(vectors.find(keys=_keys(model, docs)), dtype="int64")
     rate = model.attrs.get("word_dropout", 0.0)  # pipelines saved before the setting lack it
     if is_train and rate > 0.0:
         rows[numpy.random.uniform(size=len(rows)) < rate] = -1
@@ -92,15 +105,18 @@ def _frozen_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List
     lengths = [len(doc) for doc in docs]
     if not docs or sum(lengths) == 0:
         return [model.ops.alloc2f(n, unknown.shape[1]) for n in lengths], lambda d: []
-    data = docs[0].vocab.vectors.data
-    if data.shape[1] != unknown.shape[1]:
-        raise ValueError(f"spacy_fofe.WordVectors.v1: the vocab's vectors are {data.shape[1]} wide, the model "
-                         f"was trained on {unknown.shape[1]}-wide ones; load the pipeline's own vectors")
+    vectors = docs[0].vocab.vectors
+    if vectors.shape[1] != unknown.shape[1]:
+        raise ValueError(f"spacy_fofe.WordVectors.v1: the vocab's vectors are {vectors.shape[1]} wide, the "
+                         f"model was trained on {unknown.shape[1]}-wide ones; load the pipeline's own vectors")
     rows = _rows(model, docs, is_train)
     missing = rows < 0
-    found = get_array_module(data).asarray(rows[~missing])  # gathered where the table lives
+    if vectors.mode == "floret":
+        found = vectors.get_batch(_keys(model, docs)[~missing])
+    else:  # gathered where the table lives
+        found = vectors.data[get_array_module(vectors.data).asarray(rows[~missing])]
     flat = model.ops.alloc2f(len(rows), unknown.shape[1])
-    flat[model.ops.asarray(~missing)] = model.ops.asarray(data[found])
+    flat[model.ops.asarray(~missing)] = model.ops.asarray(found)
     missing = model.ops.asarray(missing)
     flat[missing] = unknown
     output = model.ops.unflatten(flat, model.ops.asarray(lengths))

@@ -4,6 +4,7 @@ the vocab's vectors by the lower-case form, one learned row for unknown words, w
 import numpy
 import pytest
 import spacy
+from spacy.vectors import Vectors
 from thinc.api import Adam
 
 from spacy_fofe.vectors import TunedVectors, WordVectors
@@ -91,3 +92,18 @@ def test_word_dropout_sends_a_share_of_the_tokens_to_the_unknown_row_in_training
     assert layer.get_grad(param)[-1, 0] == dropped.sum()  # the dropped tokens train the unknown row
     with pytest.raises(ValueError, match="word_dropout"):
         make(word_dropout=1.0)
+
+
+def test_floret_vectors_are_read_frozen_and_refused_for_fine_tuning():
+    nlp = spacy.blank("en")
+    table = numpy.random.default_rng(0).normal(size=(20, 3)).astype("float32")
+    nlp.vocab.vectors = Vectors(strings=nlp.vocab.strings, mode="floret", data=table, hash_count=1, minn=2, maxn=3)
+    docs = [nlp("Ann saw Paris"), nlp("")]
+    layer = WordVectors("LOWER")
+    layer.initialize(X=docs)
+    out = layer.predict(docs)
+    keys = docs[0].to_array("LOWER")
+    numpy.testing.assert_allclose(out[0], nlp.vocab.vectors.get_batch(keys), rtol=1e-6)
+    assert out[1].shape == (0, 3)
+    with pytest.raises(ValueError, match="floret"):
+        TunedVectors().initialize(X=docs)
