@@ -13,7 +13,9 @@ that is missing from the training data then has its row in the same space as the
 net was trained on, and training does not update a table of every word each step, which made
 it several times slower. With `fine_tune` the table is copied into the model at initialize and
 trained, as the FOFE paper does (`TunedVectors.v1`, kept for the pipelines and configs that
-name it). Either way the vocab's vectors must stay the ones the model was trained with.
+name it). The two can sit side by side in one tok2vec, as in configs/conll_vectors.cfg: the tuned
+rows fit the training data's words, the frozen ones keep unseen words where the vectors put them.
+Either way the vocab's vectors must stay the ones the model was trained with.
 Frozen rows also come from floret tables (`spacy init vectors --mode floret`), which give every
 word a vector from its character n-grams.
 """
