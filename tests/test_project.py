@@ -281,3 +281,22 @@ def test_results_file_keeps_one_current_section_per_benchmark(tmp_path):
     assert "| b | 2 |" in text and "`run germeval`" in text and "`run conll again`" in text
     assert text.index("## CoNLL-2003") < text.index("## GermEval 2014")  # rewritten in place
     assert "configs/x.cfg" not in text  # the new run named no configs
+
+
+def test_glove_rows_are_keyed_by_cased_forms_too_so_spacy_static_vectors_find_them(tmp_path):
+    """spaCy reads a saved table by ORTH, whatever --attr built it: "Paris" must find "paris"'s row."""
+    import numpy
+    import spacy
+    from spacy.attrs import ORTH
+
+    nlp = spacy.blank("en")
+    for word in ("paris", "eu", "o'neil"):
+        nlp.vocab.set_vector(word, numpy.full(3, len(word), dtype="float32"))
+    nlp.to_disk(tmp_path / "vectors")
+    load_benchmark_script("glove_vectors").add_cased_keys(str(tmp_path / "vectors"))
+    vectors = spacy.load(tmp_path / "vectors").vocab.vectors
+    assert vectors.shape == nlp.vocab.vectors.shape  # no rows added, only keys
+    doc = spacy.blank("en")("Paris EU O'Neil PARIS paris Berlin")
+    rows = vectors.find(keys=doc.to_array(ORTH))
+    lower = vectors.find(keys=[doc.vocab.strings[w] for w in ("paris", "eu", "o'neil")])
+    assert list(rows) == [lower[0], lower[1], lower[2], lower[0], lower[0], -1]
