@@ -15,9 +15,9 @@ it several times slower. With `fine_tune` the table is copied into the model at 
 trained, as the FOFE paper does (`TunedVectors.v1`, kept for the pipelines and configs that
 name it). The two can sit side by side in one tok2vec, as in configs/conll_vectors.cfg: the tuned
 rows fit the training data's words, the frozen ones keep unseen words where the vectors put them.
-Either way the vocab's vectors must stay the ones the model was trained with.
 Frozen rows also come from floret tables (`spacy init vectors --mode floret`), which give every
-word a vector from its character n-grams.
+word a vector from its character n-grams. Either way the vocab's vectors must stay the ones the
+model was trained with.
 """
 
 from typing import Callable, List, Optional, Tuple
@@ -89,13 +89,12 @@ def _keys(model: Model, docs: List[Doc]) -> numpy.ndarray:
     return numpy.concatenate([doc.to_array(intify_attr(model.attrs["attr"])) for doc in docs])
 
 
-def _rows(model: Model, docs: List[Doc], is_train: bool) -> numpy.ndarray:
-    """Each token's row in vocab.vectors; -1 for a token without a vector or dropped in training."""
-    vectors = docs[0].vocab.vectors
+def _rows(model: Model, vectors, keys: numpy.ndarray, is_train: bool) -> numpy.ndarray:
+    """Each key's row in `vectors`; -1 for a key without a vector or dropped in training."""
     if vectors.mode == "floret":  # every word has a vector; 0 only marks it found
-        rows = numpy.zeros(sum(len(doc) for doc in docs), dtype="int64")
+        rows = numpy.zeros(len(keys), dtype="int64")
     else:
-        rows = numpy.asarray(vectors.find(keys=_keys(model, docs)), dtype="int64")
+        rows = numpy.asarray(vectors.find(keys=keys), dtype="int64")
     rate = model.attrs.get("word_dropout", 0.0)  # pipelines saved before the setting lack it
     if is_train and rate > 0.0:
         rows[numpy.random.uniform(size=len(rows)) < rate] = -1
@@ -111,15 +110,15 @@ def _frozen_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List
     if vectors.shape[1] != unknown.shape[1]:
         raise ValueError(f"spacy_fofe.WordVectors.v1: the vocab's vectors are {vectors.shape[1]} wide, the "
                          f"model was trained on {unknown.shape[1]}-wide ones; load the pipeline's own vectors")
-    rows = _rows(model, docs, is_train)
-    missing = rows < 0
+    keys = _keys(model, docs)
+    rows = _rows(model, vectors, keys, is_train)
     if vectors.mode == "floret":
-        found = vectors.get_batch(_keys(model, docs)[~missing])
+        found = vectors.get_batch(keys[rows >= 0])
     else:  # gathered where the table lives
-        found = vectors.data[get_array_module(vectors.data).asarray(rows[~missing])]
+        found = vectors.data[get_array_module(vectors.data).asarray(rows[rows >= 0])]
+    missing = model.ops.asarray(rows < 0)
     flat = model.ops.alloc2f(len(rows), unknown.shape[1])
-    flat[model.ops.asarray(~missing)] = model.ops.asarray(found)
-    missing = model.ops.asarray(missing)
+    flat[~missing] = model.ops.asarray(found)
     flat[missing] = unknown
     output = model.ops.unflatten(flat, model.ops.asarray(lengths))
 
@@ -135,7 +134,7 @@ def _tuned_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[
     lengths = [len(doc) for doc in docs]
     if not docs or sum(lengths) == 0:
         return [model.ops.alloc2f(n, table.shape[1]) for n in lengths], lambda d: []
-    rows = _rows(model, docs, is_train)
+    rows = _rows(model, docs[0].vocab.vectors, _keys(model, docs), is_train)
     rows[rows < 0] = table.shape[0] - 1
     rows = model.ops.asarray(rows)
     output = model.ops.unflatten(table[rows], model.ops.asarray(lengths))
