@@ -25,7 +25,7 @@ from thinc.types import Floats2d
 from .decoding import Candidate, Level, decode, levels_from
 from .fragments import enumerate_fragments, fragment_targets, sample_fragments, within_sentences
 from .gold import GoldStats, aligned_gold, gold_spans
-from .model import context_tokens, is_v1_layout, read_v1_weights, stops_at_sentences
+from .model import context_tokens, is_v1_layout, members, read_v1_weights, stops_at_sentences
 from .position_codes import sentence_start_flags
 from .settings import NAMES as SETTING_NAMES
 from .settings import Cfg, Settings
@@ -197,7 +197,8 @@ class FOFENER(TrainablePipe):
 
     def _window_margin(self) -> Optional[int]:
         """Tokens of context each side of a window, or None when docs must be scored whole."""
-        if "groups" not in self.model.attrs or any("listener" in node.name for node in self.model.walk()):
+        if any("groups" not in member.attrs for member in members(self.model)) or \
+                any("listener" in node.name for node in self.model.walk()):
             return None
         return context_tokens(self.model, self.cfg["max_length"]) + self.cfg["max_length"]
 

@@ -33,6 +33,8 @@ from .position_codes import (
 from .projection import DECISION_BLOCKS, LENGTH_ROWS, FragmentProjection, blocks_of
 
 InT = Tuple[List[Doc], Ints2d]
+# The name of an ensemble's root node (ensemble.py): its layers are FOFENER models.
+ENSEMBLE = "fofe_ensemble"
 GROUPS = ("left_context", "right_context", "bag_of_words", "char_fofe", "char_cnn")
 # Tokens of context a tok2vec is assumed to read on each side (a CNN's depth x window_size).
 TOK2VEC_REACH = 64
@@ -147,8 +149,15 @@ def _check_settings(groups: List[str], **settings) -> None:
             raise ValueError(f"{name}: {setting} must be >= 1, got {settings[setting]}")
 
 
+def members(model: Model[InT, Floats2d]) -> List[Model[InT, Floats2d]]:
+    """The FOFENER models that score fragments: an ensemble's members, or the model itself."""
+    return list(model.layers) if model.name == ENSEMBLE else [model]
+
+
 def stops_at_sentences(model: Model[InT, Floats2d]) -> bool:
-    """Whether the model's codes restart at sentence starts (its PositionCodes' setting)."""
+    """Whether the model's codes restart at sentence starts (its PositionCodes' setting; an
+    ensemble's members agree on it)."""
+    model = members(model)[0]
     return model.has_ref("codes") and bool(model.get_ref("codes").attrs.get("stop_at_sentences"))
 
 
@@ -164,7 +173,9 @@ def context_tokens(model: Model[InT, Floats2d], max_length: int = 0) -> int:
     to max_length tokens) that cover the tokens they read; those fragments' own context is
     the same reach again from them.
     Scoring a long doc in windows with this much context each side gives the scores of
-    the whole doc."""
+    the whole doc. For an ensemble, the widest of its members' reaches."""
+    if model.name == ENSEMBLE:
+        return max(context_tokens(member, max_length) for member in model.layers)
     groups, reach = model.attrs["groups"], 0
     word_reach = fofe.scan_reach(forgetting_factor(model.get_ref("word_codes")))
     if "left_context" in groups or "right_context" in groups:

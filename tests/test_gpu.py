@@ -131,6 +131,18 @@ def test_model_options_on_gpu_score_like_cpu_and_train(gpu_ops, tmp_path, option
         assert predicted(gpu_nlp(text)) == sorted(spans), text
 
 
+def test_an_ensemble_on_gpu_scores_like_cpu_and_trains(gpu_ops, tmp_path):
+    from test_ensemble import ensemble_pipeline
+
+    require_cpu()
+    cpu_nlp = train(ensemble_pipeline(), make_examples(spacy.blank("en"), NESTED), steps=150)
+    assert_gpu_scores_like_cpu(cpu_nlp, tmp_path / "ensemble", [text for text, _ in NESTED] + [""])  # now on GPU
+    gpu_nlp = train(ensemble_pipeline(), make_examples(spacy.blank("en"), NESTED), steps=300)  # on the GPU
+    assert not isinstance(gpu_nlp.get_pipe("fofe_ner").model.ops, NumpyOps)
+    for text, spans in NESTED:
+        assert predicted(gpu_nlp(text)) == sorted(spans), text
+
+
 @pytest.mark.parametrize("fine_tune", [False, True])
 def test_word_vectors_on_gpu_equal_cpu_and_train(gpu_ops, fine_tune):
     """Frozen rows are gathered where the vocab's table lives (host or device)."""

@@ -125,11 +125,16 @@ def test_an_interrupted_training_is_trained_again_not_reused(tmp_path, monkeypat
     assert len(commands) == 2  # finished: reused
 
 
-def test_ablation_trains_evaluates_and_writes_its_section(tmp_path):
-    corpus = tmp_path / "corpus"
+def demo_corpus(corpus: Path) -> Path:
+    """The demo corpus's splits as .spacy files in `corpus`."""
     for split in ("train", "dev", "test"):
         subprocess.run([sys.executable, "-m", "spacy", "fofe", "convert", ROOT / "project" / "demo" / f"{split}.jsonl",
                         corpus / f"{split}.spacy", "--format", "jsonl"], check=True, capture_output=True)
+    return corpus
+
+
+def test_ablation_trains_evaluates_and_writes_its_section(tmp_path):
+    corpus = demo_corpus(tmp_path / "corpus")
     results = tmp_path / "RESULTS.md"
     subprocess.run([sys.executable, ROOT / "project" / "scripts" / "ablation.py", corpus, tmp_path / "out",
                     "--config", ROOT / "configs" / "demo.cfg", "--variants", "full,-char_fofe,-lexeme_tables",
@@ -144,6 +149,24 @@ def test_ablation_trains_evaluates_and_writes_its_section(tmp_path):
     assert "## Ablation on corpus" in section and "| -char_fofe |" in section
     ratio = rows[1]["words_per_second"] / rows[0]["words_per_second"]
     assert "| words/s | words/s vs full |" in section and f"| {ratio:.2f}x |" in section
+
+
+def test_ensemble_script_trains_seeds_merges_them_and_writes_its_section(tmp_path):
+    corpus = demo_corpus(tmp_path / "corpus")
+    results = tmp_path / "RESULTS.md"
+    subprocess.run([sys.executable, ROOT / "project" / "scripts" / "ensemble.py", corpus, tmp_path / "out",
+                    "--config", ROOT / "configs" / "demo.cfg", "--seeds", "0,1", "--strict", "--speed-rounds", "1",
+                    "--results", results, "--training.max_steps", "40"], check=True, capture_output=True)
+    rows = {row["model"]: row for row in json.loads((tmp_path / "out" / "ensemble.json").read_text())}
+    assert list(rows) == ["seed0", "seed1", "ensemble0+1"] and rows["ensemble0+1"]["members"] == 2
+    assert all(0.0 <= row[split] <= 100.0 for row in rows.values() for split in ("dev", "test", "test_strict"))
+    assert "max_steps = 40" in (tmp_path / "out" / "seed1" / "model-best" / "config.cfg").read_text()
+    tuned = load_config(tmp_path / "out" / "ensemble0+1" / "model-tuned" / "config.cfg")
+    assert tuned["components"]["fofe_ner"]["model"]["@architectures"] == "spacy_fofe.FOFEEnsemble.v1"
+    section = results.read_text()
+    ratio = rows["ensemble0+1"]["words_per_second"] / rows["seed0"]["words_per_second"]
+    assert "## Ensemble on corpus" in section and f"| {ratio:.2f}x |" in section
+    assert "- 2 members, mean of 1:" in section
 
 
 def germeval_cnn_args():

@@ -1,0 +1,122 @@
+"""Seed ensembles: one config trained with each seed, every seed alone, every pair and all of them
+merged (`spacy fofe ensemble`); each model tuned on dev, then scored on test and timed.
+
+A seed whose training finished (OUT/seedS/trained.json) is not trained again, so an interrupted
+run resumes. Rows: each seed alone, each ensemble; their means by size answer "what does a user
+gain from k models", since a single ensemble's figure hides the seed noise. Words/s: `nlp.pipe`
+over the test texts, batch 1000, best of 3 (as scripts/benchmark.py measures), in --speed-rounds
+alternating rounds, the best kept; the cost of an ensemble is its ratio to the first seed alone.
+Writes OUT/ensemble.json and the corpus's "Ensemble" section of project/RESULTS.md.
+
+    python scripts/ensemble.py corpus/germeval metrics/ensemble-germeval --config ../configs/germeval.cfg --strict
+"""
+
+import argparse
+import itertools
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from ablation import FINISHED, evaluate, run, words_per_second
+from results import RESULTS, write_section
+
+
+def ensemble_name(seeds: list) -> str:
+    return "ensemble" + "+".join(map(str, seeds))
+
+
+def train_seed(args, seed: int) -> Path:
+    """Train the config with one seed, or reuse a finished training (FINISHED is written at its end)."""
+    out = Path(args.out) / f"seed{seed}"
+    if (out / FINISHED).exists() and (out / "model-best").exists():
+        return out / "model-best"
+    corpus = Path(args.corpus)
+    run([sys.executable, "-m", "spacy", "train", args.config, "--output", out, "--paths.train",
+         corpus / "train.spacy", "--paths.dev", corpus / "dev.spacy", "--system.seed", seed, *args.overrides])
+    (out / FINISHED).write_text(json.dumps({"seed": seed, "config": args.config, "overrides": args.overrides}))
+    return out / "model-best"
+
+
+def tuned(args, name: str, model: Path) -> Path:
+    """The model with its decoding tuned on dev (made once)."""
+    out = Path(args.out) / name / "model-tuned"
+    if not out.exists():
+        objective = ["--objective", "strict"] if args.strict_objective else []
+        run([sys.executable, "-m", "spacy", "fofe", "tune", model, Path(args.corpus) / "dev.spacy", out, *objective])
+    return out
+
+
+def merged(args, name: str, members: list) -> Path:
+    out = Path(args.out) / name / "model-best"
+    if not out.exists():
+        run([sys.executable, "-m", "spacy", "fofe", "ensemble", out, *members])
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("corpus", help="folder with train.spacy, dev.spacy, test.spacy")
+    parser.add_argument("out")
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--seeds", default="0,1,2", help="two or more seeds")
+    parser.add_argument("--strict", action="store_true", help="also give GermEval's strict (level-aware) test F1")
+    parser.add_argument("--strict-objective", action="store_true", help="tune for strict F1 (fofe tune --objective)")
+    parser.add_argument("--speed-rounds", type=int, default=2, help="rounds of words/s measurement (0: none)")
+    parser.add_argument("--results", default=str(RESULTS), help="the results file whose section this rewrites")
+    args, args.overrides = parser.parse_known_args()  # the rest goes to spacy train, e.g. --paths.vectors V
+    args.docs_corpus = None  # ablation.evaluate's documents form: sentence docs only here
+    seeds = [int(s) for s in args.seeds.split(",")]
+    if len(seeds) < 2 or len(set(seeds)) < len(seeds):
+        parser.error("--seeds needs two or more different seeds")
+    models = {f"seed{s}": train_seed(args, s) for s in seeds}
+    groups = [list(pair) for pair in itertools.combinations(seeds, 2)] + ([seeds] if len(seeds) > 2 else [])
+    for group in groups:
+        models[ensemble_name(group)] = merged(args, ensemble_name(group), [models[f"seed{s}"] for s in group])
+    rows = []
+    for name, model in models.items():
+        print(f"== {name}", flush=True)
+        models[name] = tuned(args, name, model)
+        size = 1 if name.startswith("seed") else len(name.removeprefix("ensemble").split("+"))
+        rows.append({"model": name, "members": size, **evaluate(args, name, models[name])})
+    if args.speed_rounds > 0:
+        # One model of each size: the first seed, the first pair, all seeds.
+        timed = [f"seed{seeds[0]}", ensemble_name(seeds[:2])] + ([ensemble_name(seeds)] if len(seeds) > 2 else [])
+        measured = words_per_second(args, {name: models[name] for name in timed}, args.speed_rounds)
+        for row in rows:
+            row["words_per_second"] = measured.get(row["model"])
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "ensemble.json").write_text(json.dumps(rows, indent=2))
+    write_section(f"Ensemble on {Path(args.corpus).name}", report(args, rows, seeds), configs=[args.config],
+                  path=Path(args.results))
+
+
+def report(args, rows: list, seeds: list) -> str:
+    columns = ["dev", "test"] + (["test_strict"] if args.strict else [])
+    header = ["model", "members", "dev F1", "test F1"] + (["test strict F1"] if args.strict else []) + \
+        ["words/s", "words/s vs one model"]
+    base = next(row for row in rows if row["model"] == f"seed{seeds[0]}").get("words_per_second")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        speed = row.get("words_per_second")
+        cells = [row["model"], str(row["members"])] + [f"{row[c]:.2f}" for c in columns]
+        cells += [f"{speed:,}" if speed else "", f"{speed / base:.2f}x" if speed and base else ""]
+        lines.append("| " + " | ".join(cells) + " |")
+    means = []
+    for size in sorted({row["members"] for row in rows}):
+        group = [row for row in rows if row["members"] == size]
+        figures = ", ".join(f"{c} {statistics.mean(row[c] for row in group):.2f}" for c in columns)
+        means.append(f"- {size} member{'s' if size > 1 else ''}, mean of {len(group)}: {figures}")
+    objective = "strict F1" if args.strict_objective else "span F1"
+    overrides = f" (spacy train overrides: `{' '.join(args.overrides)}`)" if args.overrides else ""
+    return (f"Config `{args.config}`{overrides}, seeds {', '.join(map(str, seeds))}; `seedS`: that seed's "
+            "model-best alone, `ensembleA+B`: `spacy fofe ensemble` of those seeds' model-best; every model tuned "
+            f"on dev for {objective} (`spacy fofe tune`), then dev and test span F1 under `sc` (dev is what the "
+            "tuning saw). Words/s: `nlp.pipe` over the test texts, batch 1000, best of 3 in each of "
+            f"{args.speed_rounds} alternating rounds, one thread.\n\n" + "\n".join(lines) + "\n\n"
+            + "\n".join(means) + "\n")
+
+
+if __name__ == "__main__":
+    main()
