@@ -103,8 +103,31 @@ def test_merging_pipelines_for_another_task_or_a_single_one_is_an_error(member_p
     for paths, message in cases:
         with pytest.raises(ValueError, match=message):
             merge_pipelines(paths)
+    with_vectors = spacy.load(member_paths[1])
+    with_vectors.vocab.set_vector("Paris", numpy.ones(4, dtype="float32"))
+    with_vectors.to_disk(tmp_path / "vectors")
+    with pytest.raises(ValueError, match="word vectors"):
+        merge_pipelines([member_paths[0], tmp_path / "vectors"])
     result = run("ensemble", tmp_path / "out", member_paths[0], tmp_path / "no_loc")
     assert result.exit_code == 1 and "same task" in result.output
     assert not (tmp_path / "out").exists()
     with pytest.raises(ValueError, match="no component 'ner'"):
         merge_pipelines(member_paths, component="ner")
+
+
+def test_members_must_be_fofe_models_that_agree_on_sentence_stops():
+    from test_model import table_tok2vec
+
+    from spacy_fofe.ensemble import build_fofe_ensemble
+    from spacy_fofe.model import build_fofe_ner_model
+
+    def member(**options):
+        return build_fofe_ner_model(table_tok2vec(6, 12), hidden_width=8, char_width=4, n_char_buckets=64, **options)
+
+    assert len(build_fofe_ensemble(member(), member()).layers) == 2
+    with pytest.raises(ValueError, match="stop_at_sentences"):
+        build_fofe_ensemble(member(), member(stop_at_sentences=True))
+    with pytest.raises(ValueError, match="FOFENER"):
+        build_fofe_ensemble(member(), table_tok2vec(6, 12))
+    with pytest.raises(ValueError, match="at least one"):
+        build_fofe_ensemble()
