@@ -109,6 +109,7 @@ def merge_pipelines(paths: Sequence[Union[str, Path]], component: str = "fofe_ne
     # A [pretraining] block reads one model's settings by reference, and an ensemble has no
     # single tok2vec to pretrain: the merged pipeline has none.
     first.config["pretraining"] = {}
+    first.meta.pop("performance", None)  # the first member's dev scores, not the ensemble's
     return first
 
 
