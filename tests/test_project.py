@@ -125,6 +125,17 @@ def test_an_interrupted_training_is_trained_again_not_reused(tmp_path, monkeypat
     assert len(commands) == 2  # finished: reused
 
 
+def test_every_project_command_names_each_dependency_and_output_as_a_path():
+    """Two variables side by side in a deps list interpolate into one string ("a, b"), which weasel
+    then reports missing: every entry must be one existing-looking path."""
+    from weasel.util import load_project_config
+
+    config = load_project_config(ROOT / "project")
+    for command in config["commands"]:
+        for path in command.get("deps", []) + command.get("outputs", []):
+            assert ", " not in path and "${" not in path, (command["name"], path)
+
+
 def demo_corpus(corpus: Path) -> Path:
     """The demo corpus's splits as .spacy files in `corpus`."""
     for split in ("train", "dev", "test"):
