@@ -98,8 +98,9 @@ def test_ablation_trains_both_forms_from_one_folder_each(tmp_path):
 
 @pytest.mark.slow
 def test_an_interrupted_training_is_trained_again_not_reused(tmp_path, monkeypatch):
-    """A killed `spacy train` leaves a model-best of its last evaluation: the benchmark and the
-    ablation reuse only trainings that finished, and drop what was derived from the old model."""
+    """A killed `spacy train` leaves a model-best of its last evaluation: the benchmark, the
+    ablation and the ensemble script reuse only trainings that finished, and drop what was derived
+    from the old model."""
     benchmark, ablation = load_benchmark_script(), load_benchmark_script("ablation")
     commands = []
     monkeypatch.setattr(benchmark, "run_measured", lambda command: (commands.append(command), (1.0, 10.0))[1])
@@ -123,6 +124,19 @@ def test_an_interrupted_training_is_trained_again_not_reused(tmp_path, monkeypat
     assert len(commands) == 2 and not (variant / "test.json").exists()
     ablation.train_variant(args, "full")
     assert len(commands) == 2  # finished: reused
+
+    ensemble = load_benchmark_script("ensemble")
+    monkeypatch.setattr(ensemble, "run", commands.append)
+    args = argparse.Namespace(out=str(tmp_path / "ens"), config="demo.cfg", corpus="corpus", overrides=[])
+    seed = tmp_path / "ens" / "seed1"
+    for made in ("seed1/model-best", "seed1/model-tuned", "ensemble0+1/model-best", "ensemble0+2/model-best"):
+        (tmp_path / "ens" / made).mkdir(parents=True)
+    (seed / "test.json").write_text("{}")
+    ensemble.train_seed(args, 1)
+    assert len(commands) == 3 and not (seed / "model-tuned").exists() and not (seed / "test.json").exists()
+    assert not (tmp_path / "ens" / "ensemble0+1").exists() and (tmp_path / "ens" / "ensemble0+2").exists()
+    ensemble.train_seed(args, 1)
+    assert len(commands) == 3  # finished: reused
 
 
 def test_every_project_command_names_each_dependency_and_output_as_a_path():

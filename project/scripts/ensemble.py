@@ -14,6 +14,7 @@ Writes OUT/ensemble.json and the corpus's "Ensemble" section of project/RESULTS.
 import argparse
 import itertools
 import json
+import shutil
 import statistics
 import sys
 from pathlib import Path
@@ -27,10 +28,18 @@ def ensemble_name(seeds: list) -> str:
 
 
 def train_seed(args, seed: int) -> Path:
-    """Train the config with one seed, or reuse a finished training (FINISHED is written at its end)."""
+    """Train the config with one seed, or reuse a finished training (FINISHED is written at its end).
+    A seed trained anew drops what was made from the model it replaces: its tuned model and scores,
+    and the ensembles it is in."""
     out = Path(args.out) / f"seed{seed}"
     if (out / FINISHED).exists() and (out / "model-best").exists():
         return out / "model-best"
+    ensembles = [folder for folder in Path(args.out).glob("ensemble*")
+                 if str(seed) in folder.name.removeprefix("ensemble").split("+")]
+    for path in [out / "model-tuned", *ensembles]:
+        shutil.rmtree(path, ignore_errors=True)
+    for scores in out.glob("*.json"):
+        scores.unlink()
     corpus = Path(args.corpus)
     run([sys.executable, "-m", "spacy", "train", args.config, "--output", out, "--paths.train",
          corpus / "train.spacy", "--paths.dev", corpus / "dev.spacy", "--system.seed", seed, *args.overrides])
