@@ -103,9 +103,6 @@ def merge_pipelines(paths: Sequence[Union[str, Path]], component: str = "fofe_ne
     for member, ner in zip(merged.model.layers, ners):
         member.from_bytes(ner.model.to_bytes())
     merged.cfg.update(ners[0].cfg)
-    for nlp in pipelines[1:]:  # members' strings (labels, lexeme-table keys) resolve in the first vocab
-        for string in nlp.vocab.strings:
-            first.vocab.strings.add(string)
     # A [pretraining] block reads one model's settings by reference, and an ensemble has no
     # single tok2vec to pretrain: the merged pipeline has none.
     first.config["pretraining"] = {}

@@ -80,14 +80,14 @@ def main() -> None:
         parser.error("--seeds needs two or more different seeds")
     models = {f"seed{s}": train_seed(args, s) for s in seeds}
     groups = [list(pair) for pair in itertools.combinations(seeds, 2)] + ([seeds] if len(seeds) > 2 else [])
+    sizes = {**{name: 1 for name in models}, **{ensemble_name(group): len(group) for group in groups}}
     for group in groups:
         models[ensemble_name(group)] = merged(args, ensemble_name(group), [models[f"seed{s}"] for s in group])
     rows = []
     for name, model in models.items():
         print(f"== {name}", flush=True)
         models[name] = tuned(args, name, model)
-        size = 1 if name.startswith("seed") else len(name.removeprefix("ensemble").split("+"))
-        rows.append({"model": name, "members": size, **evaluate(args, name, models[name])})
+        rows.append({"model": name, "members": sizes[name], **evaluate(args, name, models[name])})
     if args.speed_rounds > 0:
         # One model of each size: the first seed, the first pair, all seeds.
         timed = [f"seed{seeds[0]}", ensemble_name(seeds[:2])] + ([ensemble_name(seeds)] if len(seeds) > 2 else [])
