@@ -19,10 +19,12 @@ so a trained pipeline needs no lookups package at run time. A table in the vocab
 """
 
 from functools import partial
+from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
 import numpy
 from spacy.attrs import intify_attr
+from spacy.lookups import Lookups
 from spacy.strings import get_string_id
 from spacy.tokens import Doc
 from spacy.util import load_language_data, registry
@@ -96,6 +98,18 @@ def LexemeTablesEmbed(
     if is_row_embedding(embed):  # e.g. spaCy's MultiHashEmbed: its rows too are embedded once
         embed = embed_rows_once(embed)
     return Model("lexeme_tables_embed", _sum_forward, init=_sum_init, layers=[embed, table_embed], dims={"nO": width})
+
+
+@registry.misc("spacy_fofe.LookupsFromDisk.v1")
+def lookups_from_disk(path: Path) -> Lookups:
+    """Lexeme tables saved with spaCy's Lookups.to_disk (e.g. the project's gazetteer table), for
+    `[initialize.lookups]`: LexemeTablesEmbed reads a table named in its `tables` from them."""
+    path = Path(path)
+    if not (path / "lookups.bin").is_file():
+        raise ValueError(f"spacy_fofe.LookupsFromDisk.v1: {path} holds no lookups.bin, so it is not a folder of "
+                         f"lexeme tables saved with Lookups.to_disk (build the gazetteer with the project command "
+                         f"`gazetteer`, or set the path)")
+    return Lookups().from_disk(path)
 
 
 def _sum_init(model: Model, X=None, Y=None) -> None:

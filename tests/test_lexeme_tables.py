@@ -166,3 +166,22 @@ def test_german_clusters_from_spacy_lookups_data_group_surnames():
     prefixes = lookup_layer(model).predict([nlp("Berlin München Merkel")])[0].view("int64")[:, 1]
     berlin, muenchen, merkel = prefixes.tolist()
     assert berlin == muenchen != merkel
+
+
+def test_tables_saved_to_disk_are_read_at_initialize_through_the_config(tmp_path):
+    from spacy.lookups import Lookups
+    from spacy.util import registry
+
+    tables = Lookups()
+    tables.add_table("gazetteer", {"Quillmere": 5, "QUILLMERE": 5})
+    tables.to_disk(tmp_path / "gazetteer")
+    loaded = registry.misc.get("spacy_fofe.LookupsFromDisk.v1")(tmp_path / "gazetteer")
+    assert dict(loaded.get_table("gazetteer").items()) == dict(tables.get_table("gazetteer").items())
+    nlp = spacy.blank("en")
+    nlp.vocab.lookups = loaded  # what [initialize.lookups] does
+    model = embed(tables=["gazetteer"], attrs=["ORTH"], rows=[10])
+    model.initialize(X=[nlp("Quillmere")])
+    features = lookup_layer(model).predict([nlp("Quillmere QUILLMERE quillmere")])[0]
+    assert features.view("int64").tolist() == [[5], [5], [MISSING]]
+    with pytest.raises(ValueError, match="no lookups.bin"):
+        registry.misc.get("spacy_fofe.LookupsFromDisk.v1")(tmp_path / "nothing_here")
