@@ -15,7 +15,8 @@ numbers first; each distinct row of a batch is embedded once, rows_once.py). Wit
 hold, also gets the clusters of its first and last part. The tables are
 copied into the model at initialize, as sorted hash/value arrays (12 bytes a word per table),
 so a trained pipeline needs no lookups package at run time. A table in the vocab
-(`[initialize.lookups]`) takes precedence over the package's.
+(`[initialize.lookups]`; your own, saved to disk, through `spacy_fofe.LookupsFromDisk.v1`) takes
+precedence over the package's.
 """
 
 from functools import partial
@@ -102,13 +103,12 @@ def LexemeTablesEmbed(
 
 @registry.misc("spacy_fofe.LookupsFromDisk.v1")
 def lookups_from_disk(path: Path) -> Lookups:
-    """Lexeme tables saved with spaCy's Lookups.to_disk (e.g. the project's gazetteer table), for
-    `[initialize.lookups]`: LexemeTablesEmbed reads a table named in its `tables` from them."""
+    """Lexeme tables of your own, saved with spaCy's Lookups.to_disk, for `[initialize.lookups]`:
+    LexemeTablesEmbed reads a table named in its `tables` from them (word -> number)."""
     path = Path(path)
     if not (path / "lookups.bin").is_file():
         raise ValueError(f"spacy_fofe.LookupsFromDisk.v1: {path} holds no lookups.bin, so it is not a folder of "
-                         f"lexeme tables saved with Lookups.to_disk (build the gazetteer with the project command "
-                         f"`gazetteer`, or set the path)")
+                         f"lexeme tables saved with spaCy's Lookups.to_disk; check the path")
     return Lookups().from_disk(path)
 
 

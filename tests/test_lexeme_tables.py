@@ -1,15 +1,19 @@
 """spacy_fofe.LexemeTablesEmbed.v1: lexeme-table entries (Brown clusters, log frequencies) as token features."""
 
+from pathlib import Path
+
 import numpy
 import pytest
 import spacy
+from spacy.lookups import Lookups
+from spacy.util import registry
 from spacy.strings import get_string_id
 from spacy.tokens import Doc
 
 from spacy_fofe.lexeme_tables import MISSING, LexemeTablesEmbed, cluster_prefixes, hyphen_parts_of, lookup_values
 from spacy_fofe.word_dropout import WordDropoutHashEmbed
 
-from helpers import LEXEME_TABLES_EMBED, NESTED, overfit_with_tok2vec, predicted, with_tables
+from helpers import LEXEME_TABLES_EMBED, NESTED, make_examples, overfit_with_tok2vec, predicted, with_tables
 
 
 def embed(width=16, tables=("lexeme_cluster", "lexeme_prob"), attrs=("ORTH", "LOWER"), rows=(50, 20), prefix_bits=(),
@@ -169,19 +173,19 @@ def test_german_clusters_from_spacy_lookups_data_group_surnames():
 
 
 def test_tables_saved_to_disk_are_read_at_initialize_through_the_config(tmp_path):
-    from spacy.lookups import Lookups
-    from spacy.util import registry
-
     tables = Lookups()
-    tables.add_table("gazetteer", {"Quillmere": 5, "QUILLMERE": 5})
+    tables.add_table("gazetteer", {"Quillmere": 5, "quillmere": 7})
     tables.to_disk(tmp_path / "gazetteer")
-    loaded = registry.misc.get("spacy_fofe.LookupsFromDisk.v1")(tmp_path / "gazetteer")
-    assert dict(loaded.get_table("gazetteer").items()) == dict(tables.get_table("gazetteer").items())
-    nlp = spacy.blank("en")
-    nlp.vocab.lookups = loaded  # what [initialize.lookups] does
-    model = embed(tables=["gazetteer"], attrs=["ORTH"], rows=[10])
-    model.initialize(X=[nlp("Quillmere")])
+    config = spacy.util.load_config(Path(__file__).resolve().parents[1] / "configs" / "conll.cfg", overrides={
+        "components.fofe_ner.model.tok2vec.tables": ["gazetteer"],
+        "components.fofe_ner.model.tok2vec.rows": [10],
+        "components.fofe_ner.model.tok2vec.cluster_prefix_bits": [],
+        "initialize.lookups": {"@misc": "spacy_fofe.LookupsFromDisk.v1", "path": str(tmp_path / "gazetteer")},
+    })
+    nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
+    nlp.initialize(lambda: make_examples(nlp, NESTED))
+    model = nlp.get_pipe("fofe_ner").model
     features = lookup_layer(model).predict([nlp("Quillmere QUILLMERE quillmere")])[0]
-    assert features.view("int64").tolist() == [[5], [5], [MISSING]]
+    assert features.view("int64").tolist() == [[5, 7], [MISSING, 7], [7, 7]]  # by ORTH, by LOWER
     with pytest.raises(ValueError, match="no lookups.bin"):
         registry.misc.get("spacy_fofe.LookupsFromDisk.v1")(tmp_path / "nothing_here")

@@ -349,19 +349,3 @@ def test_glove_rows_are_keyed_by_cased_forms_too_so_spacy_static_vectors_find_th
     lower = vectors.find(keys=[doc.vocab.strings[w] for w in ("paris", "eu", "o'neil")])
     assert list(rows) == [lower[0], lower[1], lower[2], lower[0], lower[0], -1]
 
-
-def test_gazetteer_flags_say_which_names_a_word_is_in_and_skip_noise():
-    gazetteer = load_benchmark_script("gazetteer_table")
-    flag = gazetteer.flag
-    flags = gazetteer.word_flags([("city", "New York"), ("city", "York"), ("last_name", "York"),
-                                  ("region", "Isle of Man"), ("city", "R2D2 City"), ("first_name", "A"),
-                                  ("country", "Deutschland"), ("first_name", "  ")])
-    assert flags["York"] == flag("city", True) | flag("city", False) | flag("last_name", True)
-    assert flags["New"] == flags["NEW"] == flag("city", False)
-    assert flags["YORK"] == flags["York"]
-    assert flags["Isle"] == flags["Man"] == flag("region", False)
-    assert flags["Deutschland"] == flag("country", True)
-    # particles and lower-case forms are not keyed; names with digits or lone letters are skipped
-    for word in ("of", "new", "york", "R2D2", "City", "A"):
-        assert word not in flags
-    assert len({flag(c, whole) for c in gazetteer.CATEGORIES for whole in (True, False)}) == 10
