@@ -6,9 +6,9 @@ import numpy
 import pytest
 import spacy
 from spacy.lookups import Lookups
-from spacy.util import registry
 from spacy.strings import get_string_id
 from spacy.tokens import Doc
+from spacy.util import registry
 
 from spacy_fofe.lexeme_tables import MISSING, LexemeTablesEmbed, cluster_prefixes, hyphen_parts_of, lookup_values
 from spacy_fofe.word_dropout import WordDropoutHashEmbed
@@ -174,13 +174,13 @@ def test_german_clusters_from_spacy_lookups_data_group_surnames():
 
 def test_tables_saved_to_disk_are_read_at_initialize_through_the_config(tmp_path):
     tables = Lookups()
-    tables.add_table("gazetteer", {"Quillmere": 5, "quillmere": 7})
-    tables.to_disk(tmp_path / "gazetteer")
+    tables.add_table("place_names", {"Quillmere": 5, "quillmere": 7})
+    tables.to_disk(tmp_path / "place_names")
     config = spacy.util.load_config(Path(__file__).resolve().parents[1] / "configs" / "conll.cfg", overrides={
-        "components.fofe_ner.model.tok2vec.tables": ["gazetteer"],
+        "components.fofe_ner.model.tok2vec.tables": ["place_names"],
         "components.fofe_ner.model.tok2vec.rows": [10],
         "components.fofe_ner.model.tok2vec.cluster_prefix_bits": [],
-        "initialize.lookups": {"@misc": "spacy_fofe.LookupsFromDisk.v1", "path": str(tmp_path / "gazetteer")},
+        "initialize.lookups": {"@misc": "spacy_fofe.LookupsFromDisk.v1", "path": str(tmp_path / "place_names")},
     })
     nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
     nlp.initialize(lambda: make_examples(nlp, NESTED))

@@ -348,4 +348,3 @@ def test_glove_rows_are_keyed_by_cased_forms_too_so_spacy_static_vectors_find_th
     rows = vectors.find(keys=doc.to_array(ORTH))
     lower = vectors.find(keys=[doc.vocab.strings[w] for w in ("paris", "eu", "o'neil")])
     assert list(rows) == [lower[0], lower[1], lower[2], lower[0], lower[0], -1]
-
