@@ -8,7 +8,7 @@ import dataclasses
 import warnings
 from itertools import islice
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import numpy
 import srsly
@@ -23,6 +23,7 @@ from thinc.api import Config, Model, Optimizer, set_dropout_rate
 from thinc.types import Floats2d
 
 from .decoding import Candidate, Level, decode, levels_from
+from .distill import Teacher, soft_targets
 from .fragments import enumerate_fragments, fragment_targets, sample_fragments, within_sentences
 from .gold import GoldStats, aligned_gold, gold_spans
 from .model import context_tokens, is_v1_layout, members, read_v1_weights, stops_at_sentences
@@ -120,6 +121,9 @@ class FOFENER(TrainablePipe):
         # NumPy's global generator: spaCy's fix_random_seed ([system] seed) seeds it.
         self._rng = numpy.random
         self._warned_labels: set = set()
+        # Set by initialize(teacher=...) for training only; never saved.
+        self._teacher: Optional[Teacher] = None
+        self._teacher_weight = 0.0
 
     @property
     def key(self) -> str:
@@ -328,9 +332,13 @@ class FOFENER(TrainablePipe):
             return losses
         set_dropout_rate(self.model, drop)
         scores, backprop = self.model.begin_update((docs, fragments[keep]))
+        teacher_probs = None
+        if self._teacher is not None:
+            teacher_probs = self._teacher.probabilities(docs, fragments[keep])
+        truth = soft_targets(labels[keep], scores.shape[1], teacher_probs, self._teacher_weight)
         # A two-pass model returns both passes' scores, one after the other: each learns the targets.
         passes = scores.shape[0] // len(keep)
-        loss, d_scores = self._loss(scores, numpy.tile(labels[keep], passes))
+        loss, d_scores = self._loss(scores, numpy.tile(truth, (passes, 1)))
         backprop(d_scores)
         if sgd is not None:
             self.finish_update(sgd)
@@ -356,16 +364,15 @@ class FOFENER(TrainablePipe):
         validate_examples(examples, "FOFENER.get_loss")
         fragments, scores = predictions
         labels, _ = self._targets(examples, fragments)
-        return self._loss(scores, labels)
+        return self._loss(scores, soft_targets(labels, scores.shape[1]))
 
-    def _loss(self, scores: Floats2d, labels: numpy.ndarray) -> Tuple[float, Floats2d]:
+    def _loss(self, scores: Floats2d, truth: numpy.ndarray) -> Tuple[float, Floats2d]:
+        """Cross-entropy of the probabilities `scores` against the target rows `truth` (one-hot
+        gold labels, or mixed with a teacher's probabilities), and its gradient."""
         ops = self.model.ops
         n = scores.shape[0]
-        truth = ops.alloc2f(*scores.shape)
-        rows = ops.asarray(numpy.arange(n))
-        truth[rows, ops.asarray(labels)] = 1.0
-        picked = scores[rows, ops.asarray(labels)]
-        loss = float(-ops.xp.log(ops.xp.maximum(picked, 1e-12)).sum() / max(n, 1))
+        truth = ops.asarray2f(truth)
+        loss = float(-(truth * ops.xp.log(ops.xp.maximum(scores, 1e-12))).sum() / max(n, 1))
         if not numpy.isfinite(loss) or not bool(ops.xp.isfinite(scores).all()):
             raise ValueError(
                 f"[{self.name}] the loss is not finite (NaN or inf): training has diverged. "
@@ -401,8 +408,15 @@ class FOFENER(TrainablePipe):
         *,
         nlp: Optional[Language] = None,
         labels: Optional[List[str]] = None,
+        teacher: Optional[Union[str, Path]] = None,
+        teacher_weight: float = 0.5,
     ) -> None:
-        """Set labels (given, or read from the gold spans), check the data, and build the model."""
+        """Set labels (given, or read from the gold spans), check the data, and build the model.
+
+        teacher: a trained pipeline (path or package) whose fofe_ner of the same name is trained
+            towards in update, besides the gold: see spacy_fofe/distill.py. Used in training only.
+        teacher_weight: the teacher's share of each fragment's target (the gold label has the rest).
+        """
         validate_get_examples(get_examples, "FOFENER.initialize")
         stats = GoldStats(self.cfg["max_length"])
         for eg in get_examples():
@@ -418,6 +432,11 @@ class FOFENER(TrainablePipe):
                 f"([initialize.components.{self.name}.labels])."
             )
         stats.warn(self.name)
+        if not 0.0 < teacher_weight <= 1.0:
+            raise ValueError(f"[{self.name}] teacher_weight must be in (0, 1], got {teacher_weight}")
+        if teacher is not None:
+            self._teacher = Teacher(teacher, self.name, self.labels, self.vocab)
+            self._teacher_weight = teacher_weight
         if self.cfg["nested"] is None:
             self.cfg["nested"] = stats.nested > 0
         sample = list(islice(get_examples(), 10))

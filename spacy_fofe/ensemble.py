@@ -10,13 +10,13 @@ machine or several, into one pipeline with the members' weights unchanged.
 from pathlib import Path
 from typing import Callable, Sequence, Tuple, Union
 
-import numpy
 import spacy
 from spacy.language import Language
 from spacy.util import registry
-from thinc.api import Model, to_numpy
+from thinc.api import Model
 from thinc.types import Floats2d
 
+from .distill import same_vectors
 from .model import ENSEMBLE, InT, stops_at_sentences
 
 ARCHITECTURE = "spacy_fofe.FOFEEnsemble.v1"
@@ -92,7 +92,7 @@ def merge_pipelines(paths: Sequence[Union[str, Path]], component: str = "fofe_ne
             if ner.cfg[setting] != ners[0].cfg[setting]:
                 raise ValueError(f"{path}'s {component} has {setting} {ner.cfg[setting]!r} but {paths[0]}'s has "
                                  f"{ners[0].cfg[setting]!r}: an ensemble's members must be trained for the same task")
-        if nlp.lang != first.lang or not _same_vectors(nlp, first):
+        if nlp.lang != first.lang or not same_vectors(nlp.vocab.vectors, first.vocab.vectors):
             raise ValueError(f"{path} and {paths[0]} differ in language or word vectors; the members read the "
                              f"first pipeline's vocab, so they must share them")
     members = {f"member{i}": nlp.config["components"][component]["model"] for i, nlp in enumerate(pipelines)}
@@ -122,9 +122,3 @@ def _check_member(path, nlp: Language, component: str) -> None:
         raise ValueError(f"{path}'s {component} reads a shared tok2vec (a listener); an ensemble's members need "
                          "their own, so train each pipeline with the tok2vec inside fofe_ner")
 
-
-def _same_vectors(a: Language, b: Language) -> bool:
-    va, vb = a.vocab.vectors, b.vocab.vectors
-    if va.shape != vb.shape or va.mode != vb.mode or dict(va.key2row) != dict(vb.key2row):
-        return False
-    return bool(numpy.array_equal(to_numpy(va.data), to_numpy(vb.data)))

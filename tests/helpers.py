@@ -80,3 +80,48 @@ def with_tables(lang="en"):
     nlp.vocab.lookups.add_table("lexeme_cluster", CLUSTERS)
     nlp.vocab.lookups.add_table("lexeme_prob", PROBS)
     return nlp
+
+
+# fofe_ner reading a shared CNN tok2vec through a listener.
+LISTENER_PIPELINE = """
+[nlp]
+lang = "en"
+pipeline = ["tok2vec", "fofe_ner"]
+
+[components]
+
+[components.tok2vec]
+factory = "tok2vec"
+
+[components.tok2vec.model]
+@architectures = "spacy.Tok2Vec.v2"
+
+[components.tok2vec.model.embed]
+@architectures = "spacy.MultiHashEmbed.v2"
+width = 32
+attrs = ["NORM", "SHAPE"]
+rows = [500, 100]
+include_static_vectors = false
+
+[components.tok2vec.model.encode]
+@architectures = "spacy.MaxoutWindowEncoder.v2"
+width = 32
+depth = 2
+window_size = 1
+maxout_pieces = 3
+
+[components.fofe_ner]
+factory = "fofe_ner"
+overlap_rate = 1.0
+disjoint_rate = 1.0
+
+[components.fofe_ner.model]
+@architectures = "spacy_fofe.FOFENER.v2"
+hidden_width = 64
+dropout = 0.0
+
+[components.fofe_ner.model.tok2vec]
+@architectures = "spacy.Tok2VecListener.v1"
+width = 32
+upstream = "*"
+"""

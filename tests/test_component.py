@@ -11,6 +11,7 @@ from spacy.tokens import Doc, Span
 from spacy.training import Example
 
 from helpers import (
+    LISTENER_PIPELINE,
     NESTED,
     SMALL_MODEL,
     WORD_DROPOUT_EMBED,
@@ -284,50 +285,6 @@ def test_diverged_training_is_reported():
     ner.model.get_ref("output").get_param("W")[:] = numpy.nan
     with pytest.raises(ValueError, match="not finite"):
         nlp.update(examples, sgd=optimizer)
-
-
-LISTENER_PIPELINE = """
-[nlp]
-lang = "en"
-pipeline = ["tok2vec", "fofe_ner"]
-
-[components]
-
-[components.tok2vec]
-factory = "tok2vec"
-
-[components.tok2vec.model]
-@architectures = "spacy.Tok2Vec.v2"
-
-[components.tok2vec.model.embed]
-@architectures = "spacy.MultiHashEmbed.v2"
-width = 32
-attrs = ["NORM", "SHAPE"]
-rows = [500, 100]
-include_static_vectors = false
-
-[components.tok2vec.model.encode]
-@architectures = "spacy.MaxoutWindowEncoder.v2"
-width = 32
-depth = 2
-window_size = 1
-maxout_pieces = 3
-
-[components.fofe_ner]
-factory = "fofe_ner"
-overlap_rate = 1.0
-disjoint_rate = 1.0
-
-[components.fofe_ner.model]
-@architectures = "spacy_fofe.FOFENER.v2"
-hidden_width = 64
-dropout = 0.0
-
-[components.fofe_ner.model.tok2vec]
-@architectures = "spacy.Tok2VecListener.v1"
-width = 32
-upstream = "*"
-"""
 
 
 def test_trains_through_a_shared_cnn_tok2vec_listener(tmp_path):

@@ -129,12 +129,14 @@ def test_an_interrupted_training_is_trained_again_not_reused(tmp_path, monkeypat
     monkeypatch.setattr(ensemble, "run", commands.append)
     args = argparse.Namespace(out=str(tmp_path / "ens"), config="demo.cfg", corpus="corpus", overrides=[])
     seed = tmp_path / "ens" / "seed1"
-    for made in ("seed1/model-best", "seed1/model-tuned", "ensemble0+1/model-best", "ensemble0+2/model-best"):
+    for made in ("seed1/model-best", "seed1/model-tuned", "ensemble0+1/model-best", "ensemble0+2/model-best",
+                 "distilled0/model-best"):
         (tmp_path / "ens" / made).mkdir(parents=True)
     (seed / "test.json").write_text("{}")
     ensemble.train_seed(args, 1)
     assert len(commands) == 3 and not (seed / "model-tuned").exists() and not (seed / "test.json").exists()
     assert not (tmp_path / "ens" / "ensemble0+1").exists() and (tmp_path / "ens" / "ensemble0+2").exists()
+    assert not (tmp_path / "ens" / "distilled0").exists()  # its teacher held the old seed 1
     ensemble.train_seed(args, 1)
     assert len(commands) == 3  # finished: reused
 
@@ -181,9 +183,13 @@ def test_ensemble_script_trains_seeds_merges_them_and_writes_its_section(tmp_pat
     results = tmp_path / "RESULTS.md"
     subprocess.run([sys.executable, ROOT / "project" / "scripts" / "ensemble.py", corpus, tmp_path / "out",
                     "--config", ROOT / "configs" / "demo.cfg", "--seeds", "0,1", "--strict", "--speed-rounds", "1",
-                    "--results", results, "--training.max_steps", "40"], check=True, capture_output=True)
+                    "--distill", "1", "--results", results, "--training.max_steps", "40"],
+                   check=True, capture_output=True)
     rows = {row["model"]: row for row in json.loads((tmp_path / "out" / "ensemble.json").read_text())}
-    assert list(rows) == ["seed0", "seed1", "ensemble0+1"] and rows["ensemble0+1"]["members"] == 2
+    assert list(rows) == ["seed0", "seed1", "ensemble0+1", "distilled1"] and rows["ensemble0+1"]["members"] == 2
+    student = load_config(tmp_path / "out" / "distilled1" / "model-best" / "config.cfg")
+    teacher = student["initialize"]["components"]["fofe_ner"]["teacher"]
+    assert Path(teacher) == tmp_path / "out" / "ensemble0+1" / "model-best"
     assert all(0.0 <= row[split] <= 100.0 for row in rows.values() for split in ("dev", "test", "test_strict"))
     assert "max_steps = 40" in (tmp_path / "out" / "seed1" / "model-best" / "config.cfg").read_text()
     tuned = load_config(tmp_path / "out" / "ensemble0+1" / "model-tuned" / "config.cfg")
@@ -191,7 +197,7 @@ def test_ensemble_script_trains_seeds_merges_them_and_writes_its_section(tmp_pat
     section = results.read_text()
     ratio = rows["ensemble0+1"]["words_per_second"] / rows["seed0"]["words_per_second"]
     assert "## Ensemble on corpus" in section and f"| {ratio:.2f}x |" in section
-    assert "- 2 members, mean of 1:" in section
+    assert "- 2 members, mean of 1:" in section and "- 1 member distilled from ensemble0+1, mean of 1:" in section
 
 
 def germeval_cnn_args():

@@ -1,5 +1,7 @@
 """Seed ensembles: one config trained with each seed, every seed alone, every pair and all of them
-merged (`spacy fofe ensemble`); each model tuned on dev, then scored on test and timed.
+merged (`spacy fofe ensemble`); each model tuned on dev, then scored on test and timed. With
+--distill, also single models trained with the largest ensemble as their teacher (distillation:
+`[initialize.components.fofe_ner] teacher`), which run at one model's speed.
 
 A seed whose training finished (OUT/seedS/trained.json) is not trained again, so an interrupted
 run resumes. Rows: each seed alone, each ensemble; their means by size answer "what does a user
@@ -27,23 +29,29 @@ def ensemble_name(seeds: list) -> str:
     return "ensemble" + "+".join(map(str, seeds))
 
 
-def train_seed(args, seed: int) -> Path:
-    """Train the config with one seed, or reuse a finished training (FINISHED is written at its end).
-    A seed trained anew drops what was made from the model it replaces: its tuned model and scores,
-    and the ensembles it is in."""
-    out = Path(args.out) / f"seed{seed}"
+def train_seed(args, seed: int, name: str = "", extra: tuple = ()) -> Path:
+    """Train the config with one seed (and `extra` spacy train overrides) into OUT/name, or reuse a
+    finished training (FINISHED is written at its end). A seed trained anew drops what was made from
+    the model it replaces: its tuned model and scores, the ensembles it is in and the distilled
+    models (their teacher is the ensemble of all seeds)."""
+    name = name or f"seed{seed}"
+    out = Path(args.out) / name
     if (out / FINISHED).exists() and (out / "model-best").exists():
         return out / "model-best"
-    ensembles = [folder for folder in Path(args.out).glob("ensemble*")
-                 if str(seed) in folder.name.removeprefix("ensemble").split("+")]
-    for path in [out / "model-tuned", *ensembles]:
+    made_from = []
+    if name.startswith("seed"):
+        made_from = [folder for folder in Path(args.out).glob("ensemble*")
+                     if str(seed) in folder.name.removeprefix("ensemble").split("+")]
+        made_from += Path(args.out).glob("distilled*")
+    for path in [out / "model-tuned", *made_from]:
         shutil.rmtree(path, ignore_errors=True)
     for scores in out.glob("*.json"):
         scores.unlink()
     corpus = Path(args.corpus)
+    overrides = [*args.overrides, *extra]
     run([sys.executable, "-m", "spacy", "train", args.config, "--output", out, "--paths.train",
-         corpus / "train.spacy", "--paths.dev", corpus / "dev.spacy", "--system.seed", seed, *args.overrides])
-    (out / FINISHED).write_text(json.dumps({"seed": seed, "config": args.config, "overrides": args.overrides}))
+         corpus / "train.spacy", "--paths.dev", corpus / "dev.spacy", "--system.seed", seed, *overrides])
+    (out / FINISHED).write_text(json.dumps({"seed": seed, "config": args.config, "overrides": overrides}))
     return out / "model-best"
 
 
@@ -71,6 +79,8 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2", help="two or more seeds")
     parser.add_argument("--strict", action="store_true", help="also give GermEval's strict (level-aware) test F1")
     parser.add_argument("--strict-objective", action="store_true", help="tune for strict F1 (fofe tune --objective)")
+    parser.add_argument("--distill", default="", help="seeds of single models trained with the ensemble of all "
+                        "--seeds as their teacher, e.g. 0,1 (none by default)")
     parser.add_argument("--speed-rounds", type=int, default=2, help="rounds of words/s measurement (0: none)")
     parser.add_argument("--results", default=str(RESULTS), help="the results file whose section this rewrites")
     args, args.overrides = parser.parse_known_args()  # the rest goes to spacy train, e.g. --paths.vectors V
@@ -83,6 +93,11 @@ def main() -> None:
     sizes = {**{name: 1 for name in models}, **{ensemble_name(group): len(group) for group in groups}}
     for group in groups:
         models[ensemble_name(group)] = merged(args, ensemble_name(group), [models[f"seed{s}"] for s in group])
+    args.teacher = ensemble_name(seeds)
+    for seed in [int(s) for s in args.distill.split(",") if s]:
+        teacher = ["--initialize.components.fofe_ner.teacher", str(models[args.teacher])]
+        models[f"distilled{seed}"] = train_seed(args, seed, f"distilled{seed}", teacher)
+        sizes[f"distilled{seed}"] = 1
     rows = []
     for name, model in models.items():
         print(f"== {name}", flush=True)
@@ -113,14 +128,19 @@ def report(args, rows: list, seeds: list) -> str:
         cells += [f"{speed:,}" if speed else "", f"{speed / base:.2f}x" if speed and base else ""]
         lines.append("| " + " | ".join(cells) + " |")
     means = []
-    for size in sorted({row["members"] for row in rows}):
-        group = [row for row in rows if row["members"] == size]
-        figures = ", ".join(f"{c} {statistics.mean(row[c] for row in group):.2f}" for c in columns)
-        means.append(f"- {size} member{'s' if size > 1 else ''}, mean of {len(group)}: {figures}")
+    kinds = [(1, "seed", "1 member"), (1, "distilled", f"1 member distilled from {args.teacher}")]
+    kinds += [(size, "ensemble", f"{size} members") for size in sorted({row["members"] for row in rows}) if size > 1]
+    for size, prefix, what in kinds:
+        group = [row for row in rows if row["members"] == size and row["model"].startswith(prefix)]
+        if group:
+            figures = ", ".join(f"{c} {statistics.mean(row[c] for row in group):.2f}" for c in columns)
+            means.append(f"- {what}, mean of {len(group)}: {figures}")
     objective = "strict F1" if args.strict_objective else "span F1"
     overrides = f" (spacy train overrides: `{' '.join(args.overrides)}`)" if args.overrides else ""
     return (f"Config `{args.config}`{overrides}, seeds {', '.join(map(str, seeds))}; `seedS`: that seed's "
-            "model-best alone, `ensembleA+B`: `spacy fofe ensemble` of those seeds' model-best; every model tuned "
+            "model-best alone, `ensembleA+B`: `spacy fofe ensemble` of those seeds' model-best"
+            + (f"; `distilledS`: seed S trained with {args.teacher}'s model-best as its teacher (the config's "
+               "teacher_weight)" if args.distill else "") + "; every model tuned "
             f"on dev for {objective} (`spacy fofe tune`), then dev and test span F1 under `sc` (dev is what the "
             "tuning saw). Words/s: `nlp.pipe` over the test texts, batch 1000, best of 3 in each of "
             f"{args.speed_rounds} alternating rounds, one thread.\n\n" + "\n".join(lines) + "\n\n"

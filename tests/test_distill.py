@@ -1,0 +1,105 @@
+"""Distillation (spacy_fofe/distill.py): a student fofe_ner trained towards a teacher's probabilities."""
+
+from pathlib import Path
+
+import numpy
+import pytest
+import spacy
+
+from spacy_fofe.distill import Teacher, soft_targets
+from spacy_fofe.fragments import enumerate_fragments
+
+from helpers import LISTENER_PIPELINE, NESTED, make_examples, predicted, small_pipeline, train
+
+LABELS = ["LOC", "ORG", "PER"]
+DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "demo.cfg"
+
+
+@pytest.fixture(scope="module")
+def teacher_path(trained, tmp_path_factory):
+    path = tmp_path_factory.mktemp("teacher") / "pipeline"
+    trained.to_disk(path)
+    return path
+
+
+def test_soft_targets_mix_the_gold_label_with_the_teacher():
+    labels = numpy.array([1, 0])
+    assert soft_targets(labels, 3).tolist() == [[0, 1, 0], [1, 0, 0]]
+    teacher = numpy.array([[0.2, 0.8, 0.0], [0.5, 0.25, 0.25]])
+    mixed = soft_targets(labels, 3, teacher, 0.25)
+    numpy.testing.assert_allclose(mixed, [[0.05, 0.95, 0.0], [0.875, 0.0625, 0.0625]])
+
+
+def test_a_student_learns_from_the_teacher_alone(teacher_path):
+    # No gold spans at all: with teacher_weight 1 the teacher's probabilities are the only targets.
+    nlp = small_pipeline()
+    nlp.get_pipe("fofe_ner").cfg["nested"] = True  # no gold spans to tell initialize
+    nlp.config["initialize"]["components"]["fofe_ner"] = {
+        "labels": LABELS, "teacher": str(teacher_path), "teacher_weight": 1.0}
+    unlabelled = make_examples(nlp, [(text, []) for text, _ in NESTED])
+    train(nlp, unlabelled, steps=300)
+    for text, spans in NESTED:
+        assert predicted(nlp(text)) == sorted(spans), text
+
+
+def test_the_teacher_is_not_part_of_the_trained_pipeline(teacher_path, tmp_path):
+    nlp = small_pipeline()
+    nlp.config["initialize"]["components"]["fofe_ner"] = {"teacher": str(teacher_path)}
+    train(nlp, make_examples(nlp, NESTED), steps=5)
+    nlp.to_disk(tmp_path / "student")
+    assert spacy.load(tmp_path / "student").get_pipe("fofe_ner")._teacher is None
+
+
+def test_a_shipped_config_takes_the_teacher_as_an_override(teacher_path):
+    # What `spacy train configs/demo.cfg --initialize.components.fofe_ner.teacher PATH` resolves.
+    overrides = {"initialize.components.fofe_ner.teacher": str(teacher_path)}
+    config = spacy.util.load_config(DEMO_CONFIG, overrides=overrides)
+    nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
+    nlp.initialize(lambda: make_examples(nlp, NESTED))
+    assert nlp.get_pipe("fofe_ner")._teacher is not None
+
+
+def test_teacher_columns_follow_the_students_labels(teacher_path, trained):
+    # The student knows PER and LOC only: the teacher's ORG probability counts as NONE.
+    teacher = Teacher(teacher_path, "fofe_ner", ["PER", "LOC"], spacy.blank("en").vocab)
+    docs = [trained.make_doc(text) for text, _ in NESTED]
+    fragments = enumerate_fragments([len(doc) for doc in docs], 3)
+    probs = teacher.probabilities(docs, fragments)
+    full = trained.get_pipe("fofe_ner").model.predict((docs, fragments))
+    none, loc, org, per = (full[:, i] for i in range(4))
+    numpy.testing.assert_allclose(probs, numpy.stack([none + org, per, loc], axis=1), atol=1e-6)
+    numpy.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-6)
+
+
+def test_a_teacher_reading_a_listener_gets_its_tok2vec_run_on_copies(tmp_path):
+    spacy.util.fix_random_seed(0)
+    config = spacy.util.load_config_from_str(LISTENER_PIPELINE)
+    teacher_nlp = spacy.util.load_model_from_config(config, auto_fill=True)
+    train(teacher_nlp, make_examples(teacher_nlp, NESTED), steps=200)
+    teacher_nlp.to_disk(tmp_path / "teacher")
+    teacher = Teacher(tmp_path / "teacher", "fofe_ner", LABELS, spacy.blank("en").vocab)
+    text, spans = NESTED[0]
+    doc = spacy.blank("en").make_doc(text)
+    gold = numpy.array([[0, start, end] for start, end, _ in spans])
+    probs = teacher.probabilities([doc], gold)
+    assert probs.argmax(axis=1).tolist() == [LABELS.index(label) + 1 for *_, label in spans]
+    assert doc.tensor.size == 0  # the student's doc is left as it was
+
+
+def test_bad_teachers_are_clear_errors(teacher_path, trained, tmp_path):
+    vocab = spacy.blank("en").vocab
+    with pytest.raises(ValueError, match=r"does not predict the labels \['MISC'\]"):
+        Teacher(teacher_path, "fofe_ner", ["PER", "MISC"], vocab)
+    with pytest.raises(ValueError, match="has no component 'ner'"):
+        Teacher(teacher_path, "ner", LABELS, vocab)
+    with_vectors = spacy.load(teacher_path)
+    with_vectors.vocab.set_vector("Paris", numpy.ones(4, dtype="float32"))
+    with_vectors.to_disk(tmp_path / "vectors")
+    with pytest.raises(ValueError, match="word vectors that the student's pipeline lacks"):
+        Teacher(tmp_path / "vectors", "fofe_ner", LABELS, vocab)
+    vocab.set_vector("Paris", numpy.ones(4, dtype="float32"))
+    Teacher(tmp_path / "vectors", "fofe_ner", LABELS, vocab)  # the same vectors: accepted
+    nlp = small_pipeline()
+    nlp.config["initialize"]["components"]["fofe_ner"] = {"teacher": str(teacher_path), "teacher_weight": 0.0}
+    with pytest.raises(ValueError, match=r"teacher_weight must be in \(0, 1\]"):
+        nlp.initialize(lambda: make_examples(nlp, NESTED))
