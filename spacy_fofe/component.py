@@ -123,7 +123,6 @@ class FOFENER(TrainablePipe):
         self._warned_labels: set = set()
         # Set by initialize(teacher=...) for training only; never saved.
         self._teacher: Optional[Teacher] = None
-        self._teacher_weight = 0.0
 
     @property
     def key(self) -> str:
@@ -332,10 +331,11 @@ class FOFENER(TrainablePipe):
             return losses
         set_dropout_rate(self.model, drop)
         scores, backprop = self.model.begin_update((docs, fragments[keep]))
-        teacher_probs = None
-        if self._teacher is not None:
+        if self._teacher is None:
+            truth = soft_targets(labels[keep], scores.shape[1])
+        else:
             teacher_probs = self._teacher.probabilities(docs, fragments[keep])
-        truth = soft_targets(labels[keep], scores.shape[1], teacher_probs, self._teacher_weight)
+            truth = soft_targets(labels[keep], scores.shape[1], teacher_probs, self._teacher.weight)
         # A two-pass model returns both passes' scores, one after the other: each learns the targets.
         passes = scores.shape[0] // len(keep)
         loss, d_scores = self._loss(scores, numpy.tile(truth, (passes, 1)))
@@ -435,8 +435,7 @@ class FOFENER(TrainablePipe):
         if not 0.0 < teacher_weight <= 1.0:
             raise ValueError(f"[{self.name}] teacher_weight must be in (0, 1], got {teacher_weight}")
         if teacher is not None:
-            self._teacher = Teacher(teacher, self.name, self.labels, self.vocab)
-            self._teacher_weight = teacher_weight
+            self._teacher = Teacher(teacher, self.name, self.labels, self.vocab, teacher_weight)
         if self.cfg["nested"] is None:
             self.cfg["nested"] = stats.nested > 0
         sample = list(islice(get_examples(), 10))

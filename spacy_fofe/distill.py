@@ -14,12 +14,12 @@ from typing import List, Sequence, Union
 import numpy
 import spacy
 from spacy.tokens import Doc
-from spacy.vectors import Vectors
 from spacy.vocab import Vocab
 from thinc.api import to_numpy
 from thinc.types import Floats2d
 
 from .model import ENSEMBLE
+from .vectors import same_vectors
 
 
 class Teacher:
@@ -31,9 +31,11 @@ class Teacher:
         label only the teacher has goes to the student's NONE.
     vocab: the student's vocab; a teacher with word vectors needs the same vectors, since it
         reads them from the student's docs.
+    weight: the teacher's share of each fragment's target (soft_targets).
     """
 
-    def __init__(self, path: Union[str, Path], component: str, labels: Sequence[str], vocab: Vocab):
+    def __init__(self, path: Union[str, Path], component: str, labels: Sequence[str], vocab: Vocab,
+                 weight: float = 0.5):
         nlp = spacy.load(path)
         if component not in nlp.pipe_names:
             raise ValueError(f"the teacher {path} has no component {component!r}; its components: {nlp.pipe_names}")
@@ -48,6 +50,7 @@ class Teacher:
                              "other ones: the teacher reads them from the student's docs, so initialize the "
                              "student with the same vectors ([initialize] vectors)")
         self.model = pipe.model
+        self.weight = weight
         # The components before the teacher's fofe_ner (a tok2vec or transformer its listener reads).
         self.upstream = [proc for _, proc in nlp.pipeline[:nlp.pipe_names.index(component)]]
         self.columns = numpy.asarray([0] + [pipe.labels.index(label) + 1 for label in labels])
@@ -72,9 +75,3 @@ def soft_targets(labels: numpy.ndarray, n_columns: int, teacher_probs=None, teac
         truth = (1.0 - teacher_weight) * truth + teacher_weight * teacher_probs.astype("float32")
     return truth
 
-
-def same_vectors(a: Vectors, b: Vectors) -> bool:
-    """Whether two vector tables hold the same keys and values."""
-    if a.shape != b.shape or a.mode != b.mode or dict(a.key2row) != dict(b.key2row):
-        return False
-    return bool(numpy.array_equal(to_numpy(a.data), to_numpy(b.data)))

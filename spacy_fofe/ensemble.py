@@ -16,8 +16,8 @@ from spacy.util import registry
 from thinc.api import Model
 from thinc.types import Floats2d
 
-from .distill import same_vectors
 from .model import ENSEMBLE, InT, stops_at_sentences
+from .vectors import same_vectors
 
 ARCHITECTURE = "spacy_fofe.FOFEEnsemble.v1"
 # Component settings every member's pipeline must share: the members' output columns and fragments.

@@ -26,7 +26,8 @@ import numpy
 from spacy.attrs import intify_attr
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Model, get_array_module
+from spacy.vectors import Vectors
+from thinc.api import Model, get_array_module, to_numpy
 from thinc.types import Floats2d
 
 
@@ -146,3 +147,10 @@ def _tuned_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[
         return []
 
     return output, backprop
+
+
+def same_vectors(a: Vectors, b: Vectors) -> bool:
+    """Whether two vector tables hold the same keys and values."""
+    if a.shape != b.shape or a.mode != b.mode or dict(a.key2row) != dict(b.key2row):
+        return False
+    return bool(numpy.array_equal(to_numpy(a.data), to_numpy(b.data)))
