@@ -5,6 +5,8 @@ from pathlib import Path
 import numpy
 import pytest
 import spacy
+from spacy.tokens import Span
+from spacy.training import Example
 from spacy.util import load_model_from_config
 
 from helpers import NESTED, make_examples, outer_level, predicted
@@ -36,7 +38,28 @@ PER_USE = {
     "training.optimizer.use_averages": "a fine-tuned transformer is not averaged, as in spaCy's transformer configs",
     "training.optimizer.learn_rate": "a fine-tuned transformer warms up to a small rate",
     "components.fofe_ner.learn_rate_scale": "the scorer over a fine-tuned transformer learns faster than it",
+    "training.frozen_components": "conll_accurate.cfg keeps the OntoNotes ner as it was trained",
+    "training.annotating_components": "and fofe_ner reads that ner's entities in training too",
 }
+
+
+def trained_ner(path: Path) -> Path:
+    """A small pipeline whose `ner` has learnt FLAT's spans under OntoNotes-style labels, saved to
+    `path`: what conll_accurate.cfg sources from en_core_web_sm, without installing it."""
+    spacy.util.fix_random_seed(0)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("ner")
+    names = {"PER": "PERSON", "LOC": "GPE", "ORG": "ORG"}
+    examples = []
+    for text, spans in FLAT:
+        reference = nlp.make_doc(text)
+        reference.ents = [Span(reference, s, e, label=names[label]) for s, e, label in spans]
+        examples.append(Example(nlp.make_doc(text), reference))
+    optimizer = nlp.initialize(lambda: examples)
+    for _ in range(30):
+        nlp.update(examples, sgd=optimizer)
+    nlp.to_disk(path)
+    return path
 
 
 def flatten(config, prefix=""):
@@ -67,8 +90,11 @@ def test_config_builds_initializes_and_overfits_a_few_docs(path, tmp_path):
         minilm = pytest.importorskip("all_minilm_l6_v2", reason="the offline MiniLM package")
         overrides["paths.transformer"] = str(minilm.extract_model(str(tmp_path)))
         overrides["training.optimizer.learn_rate.warmup_steps"] = 10  # 150 updates are fewer than its warm-up
-    nlp = load_model_from_config(spacy.util.load_config(path, overrides=overrides), auto_fill=True, validate=True)
-    if "vectors" in path.name:
+    if "ner_source" in spacy.util.load_config(path)["paths"]:
+        overrides["paths.ner_source"] = str(trained_ner(tmp_path / "ner"))
+    config = spacy.util.load_config(path, overrides=overrides)
+    nlp = load_model_from_config(config, auto_fill=True, validate=True)
+    if "spacy_fofe.WordVectors.v1" in path.read_text():
         # What --paths.vectors would load: a few rows keyed by the lower-case form.
         nlp.vocab.reset_vectors(width=8)
         for word in {w.lower() for text, _ in NESTED for w in text.split()}:
@@ -77,10 +103,24 @@ def test_config_builds_initializes_and_overfits_a_few_docs(path, tmp_path):
     data = FLAT if path.name.startswith("conll") else NESTED
     spacy.util.fix_random_seed(0)
     examples = make_examples(nlp, data, key=cfg["spans_key"])
-    optimizer = nlp.initialize(lambda: examples)
+    frozen = config["training"]["frozen_components"]
+    with nlp.select_pipes(disable=frozen):  # as spacy train initializes: a sourced component keeps its weights
+        optimizer = nlp.initialize(lambda: examples)
+    sourced = {name: nlp.get_pipe(name).model.to_bytes() for name in frozen}
     losses = []
     for _ in range(150):
-        losses.append(nlp.update(examples, sgd=optimizer, losses={})["fofe_ner"])
+        # As spacy train does: frozen components are not updated, annotating ones annotate first.
+        losses.append(nlp.update(examples, sgd=optimizer, losses={}, exclude=frozen,
+                                 annotates=config["training"]["annotating_components"])["fofe_ner"])
         optimizer.step_schedules()  # as spacy train does after each update
     assert losses[-1] < losses[0] / 2, losses
-    assert [predicted(nlp(text), cfg["spans_key"]) for text, _ in data] == [sorted(spans) for _, spans in data]
+    assert {name: nlp.get_pipe(name).model.to_bytes() for name in frozen} == sourced
+    for name in config["training"]["annotating_components"]:  # fofe_ner reads what that component sets
+        text = data[0][0]
+        _, plain = nlp.get_pipe("fofe_ner").predict([nlp.make_doc(text)])
+        _, annotated = nlp.get_pipe("fofe_ner").predict([nlp.get_pipe(name)(nlp.make_doc(text))])
+        assert not numpy.allclose(plain, annotated)
+    docs = [nlp(text) for text, _ in data]
+    assert [predicted(doc, cfg["spans_key"]) for doc in docs] == [sorted(spans) for _, spans in data]
+    # doc.ents is fofe_ner's outer level, whatever an upstream ner (conll_accurate.cfg's) had set.
+    assert [sorted((e.start, e.end, e.label_) for e in doc.ents) for doc in docs] == [outer_level(sorted(s)) for _, s in data]

@@ -9,8 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import spacy
 from spacy.util import load_config, registry
 
+from helpers import NESTED, make_examples, small_pipeline
 from spacy_fofe.corpus import CachedCorpus
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -198,6 +200,27 @@ def test_ensemble_script_trains_seeds_merges_them_and_writes_its_section(tmp_pat
     ratio = rows["ensemble0+1"]["words_per_second"] / rows["seed0"]["words_per_second"]
     assert "## Ensemble on corpus" in section and f"| {ratio:.2f}x |" in section
     assert "- 2 members, mean of 1:" in section and "- 1 member distilled from ensemble0+1, mean of 1:" in section
+
+
+def test_ensemble_script_times_the_components_before_fofe_ner_alone(tmp_path):
+    ensemble = load_benchmark_script("ensemble")
+    args = argparse.Namespace(out=str(tmp_path / "out"))
+    nlp = small_pipeline()
+    nlp.add_pipe("sentencizer", first=True)
+    examples = make_examples(nlp, NESTED)
+    nlp.initialize(lambda: examples)
+    nlp.to_disk(tmp_path / "model")
+    upstream = ensemble.upstream_alone(args, tmp_path / "model")
+    assert spacy.load(upstream).pipe_names == ["sentencizer"]
+    nlp.remove_pipe("sentencizer")
+    nlp.to_disk(tmp_path / "alone")
+    assert ensemble.upstream_alone(args, tmp_path / "alone") is None
+    rows = [{"model": "seed0", "members": 1, "dev": 90.0, "test": 80.0, "words_per_second": 1000},
+            {"model": "upstream", "members": 0, "components": ["sentencizer"], "words_per_second": 4000}]
+    text = ensemble.report(argparse.Namespace(strict=False, speed_rounds=1, distill="", teacher="ensemble0+1",
+                                              strict_objective=False, config="c.cfg", overrides=[]), rows, [0])
+    assert "| upstream |" not in text
+    assert "- the components before fofe_ner alone (sentencizer): 4,000 words/s; seed0 runs at 0.25x of them" in text
 
 
 def germeval_cnn_args():

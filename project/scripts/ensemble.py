@@ -8,7 +8,10 @@ run resumes. Rows: each seed alone, each ensemble; their means by size answer "w
 gain from k models", since a single ensemble's figure hides the seed noise. Words/s: `nlp.pipe`
 over the test texts, batch 1000, best of 3 (as scripts/benchmark.py measures), in --speed-rounds
 alternating rounds, the best kept; the cost of an ensemble is its ratio to the first seed alone.
-Writes OUT/ensemble.json and the corpus's "Ensemble" section of project/RESULTS.md.
+When the pipeline runs components before fofe_ner (conll_accurate.cfg's OntoNotes ner), they are
+also timed alone, so the table says what fofe_ner adds to them.
+Writes OUT/ensemble.json and the corpus's "Ensemble" section of project/RESULTS.md (--section
+names another, for a second config on the same corpus).
 
     python scripts/ensemble.py corpus/germeval metrics/ensemble-germeval --config ../configs/germeval.cfg --strict
 """
@@ -23,6 +26,7 @@ from pathlib import Path
 
 from ablation import FINISHED, evaluate, run, words_per_second
 from results import RESULTS, write_section
+from spacy.util import load_config
 
 
 def ensemble_name(seeds: list) -> str:
@@ -33,7 +37,7 @@ def train_seed(args, seed: int, name: str = "", extra: tuple = ()) -> Path:
     """Train the config with one seed (and `extra` spacy train overrides) into OUT/name, or reuse a
     finished training (FINISHED is written at its end). A seed trained anew drops what was made from
     the model it replaces: its tuned model and scores, the ensembles it is in and the distilled
-    models (their teacher is the ensemble of all seeds)."""
+    models (their teacher is the ensemble of all seeds), and the upstream components taken from it."""
     name = name or f"seed{seed}"
     out = Path(args.out) / name
     if (out / FINISHED).exists() and (out / "model-best").exists():
@@ -43,6 +47,7 @@ def train_seed(args, seed: int, name: str = "", extra: tuple = ()) -> Path:
         made_from = [folder for folder in Path(args.out).glob("ensemble*")
                      if str(seed) in folder.name.removeprefix("ensemble").split("+")]
         made_from += Path(args.out).glob("distilled*")
+        made_from.append(Path(args.out) / UPSTREAM)  # taken from the first seed's pipeline
     for path in [out / "model-tuned", *made_from]:
         shutil.rmtree(path, ignore_errors=True)
     for scores in out.glob("*.json"):
@@ -83,6 +88,7 @@ def main() -> None:
                         "--seeds as their teacher, e.g. 0,1 (none by default)")
     parser.add_argument("--speed-rounds", type=int, default=2, help="rounds of words/s measurement (0: none)")
     parser.add_argument("--results", default=str(RESULTS), help="the results file whose section this rewrites")
+    parser.add_argument("--section", default="", help="its title (default: Ensemble on CORPUS)")
     args, args.overrides = parser.parse_known_args()  # the rest goes to spacy train, e.g. --paths.vectors V
     args.docs_corpus = None  # ablation.evaluate's documents form: sentence docs only here
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -105,15 +111,41 @@ def main() -> None:
         rows.append({"model": name, "members": sizes[name], **evaluate(args, name, models[name])})
     if args.speed_rounds > 0:
         # One model of each size: the first seed, the first pair, all seeds.
-        timed = [f"seed{seeds[0]}", ensemble_name(seeds[:2])] + ([ensemble_name(seeds)] if len(seeds) > 2 else [])
-        measured = words_per_second(args, {name: models[name] for name in timed}, args.speed_rounds)
+        timed = {name: models[name] for name in
+                 [f"seed{seeds[0]}", ensemble_name(seeds[:2])] + ([ensemble_name(seeds)] if len(seeds) > 2 else [])}
+        upstream = upstream_alone(args, models[f"seed{seeds[0]}"])
+        if upstream:
+            timed[UPSTREAM] = upstream
+        measured = words_per_second(args, timed, args.speed_rounds)
         for row in rows:
             row["words_per_second"] = measured.get(row["model"])
+        if upstream:
+            rows.append({"model": UPSTREAM, "members": 0, "components": load_config(upstream / "config.cfg")[
+                "nlp"]["pipeline"], "words_per_second": measured[UPSTREAM]})
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "ensemble.json").write_text(json.dumps(rows, indent=2))
-    write_section(f"Ensemble on {Path(args.corpus).name}", report(args, rows, seeds), configs=[args.config],
-                  path=Path(args.results))
+    write_section(args.section or f"Ensemble on {Path(args.corpus).name}", report(args, rows, seeds),
+                  configs=[args.config], path=Path(args.results))
+
+
+UPSTREAM = "upstream"  # the row of the components that run before fofe_ner, timed without it
+
+
+def upstream_alone(args, model: Path):
+    """The pipeline `model` without fofe_ner and what follows it, saved under OUT/upstream, or None
+    when fofe_ner is its first component."""
+    import spacy
+
+    out = Path(args.out) / UPSTREAM / "model"
+    names = load_config(model / "config.cfg")["nlp"]["pipeline"]
+    before = names[:names.index("fofe_ner")]
+    if not before:
+        return None
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        spacy.load(model, exclude=names[len(before):]).to_disk(out)
+    return out
 
 
 def report(args, rows: list, seeds: list) -> str:
@@ -122,6 +154,8 @@ def report(args, rows: list, seeds: list) -> str:
         ["words/s", "words/s vs one model"]
     base = next(row for row in rows if row["model"] == f"seed{seeds[0]}").get("words_per_second")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    upstream = next((row for row in rows if row["model"] == UPSTREAM), None)
+    rows = [row for row in rows if row is not upstream]
     for row in rows:
         speed = row.get("words_per_second")
         cells = [row["model"], str(row["members"])] + [f"{row[c]:.2f}" for c in columns]
@@ -135,6 +169,10 @@ def report(args, rows: list, seeds: list) -> str:
         if group:
             figures = ", ".join(f"{c} {statistics.mean(row[c] for row in group):.2f}" for c in columns)
             means.append(f"- {what}, mean of {len(group)}: {figures}")
+    if upstream and base:
+        speed = upstream["words_per_second"]
+        means.append(f"- the components before fofe_ner alone ({', '.join(upstream['components'])}): {speed:,} words/s; "
+                     f"seed{seeds[0]} runs at {base / speed:.2f}x of them")
     objective = "strict F1" if args.strict_objective else "span F1"
     overrides = f" (spacy train overrides: `{' '.join(args.overrides)}`)" if args.overrides else ""
     return (f"Config `{args.config}`{overrides}, seeds {', '.join(map(str, seeds))}; `seedS`: that seed's "
