@@ -185,7 +185,7 @@ def test_ensemble_script_trains_seeds_merges_them_and_writes_its_section(tmp_pat
     results = tmp_path / "RESULTS.md"
     subprocess.run([sys.executable, ROOT / "project" / "scripts" / "ensemble.py", corpus, tmp_path / "out",
                     "--config", ROOT / "configs" / "demo.cfg", "--seeds", "0,1", "--strict", "--speed-rounds", "1",
-                    "--distill", "1", "--results", results, "--training.max_steps", "40"],
+                    "--distill", "1", "--results", results, "--section", "Seeds on corpus", "--training.max_steps", "40"],
                    check=True, capture_output=True)
     rows = {row["model"]: row for row in json.loads((tmp_path / "out" / "ensemble.json").read_text())}
     assert list(rows) == ["seed0", "seed1", "ensemble0+1", "distilled1"] and rows["ensemble0+1"]["members"] == 2
@@ -198,7 +198,8 @@ def test_ensemble_script_trains_seeds_merges_them_and_writes_its_section(tmp_pat
     assert tuned["components"]["fofe_ner"]["model"]["@architectures"] == "spacy_fofe.FOFEEnsemble.v1"
     section = results.read_text()
     ratio = rows["ensemble0+1"]["words_per_second"] / rows["seed0"]["words_per_second"]
-    assert "## Ensemble on corpus" in section and f"| {ratio:.2f}x |" in section
+    assert "## Seeds on corpus" in section and f"| {ratio:.2f}x |" in section
+    assert "--section 'Seeds on corpus'" in section  # the command as it can be run again
     assert "- 2 members, mean of 1:" in section and "- 1 member distilled from ensemble0+1, mean of 1:" in section
 
 

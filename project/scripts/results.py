@@ -8,6 +8,7 @@ import datetime
 import os
 import platform
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -41,7 +42,7 @@ def write_section(title: str, body: str, configs: Sequence[str] = (), command: s
     """Replace (or add) the section `## title` of `path` with `body` and where it came from."""
     import spacy
 
-    command = command or "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
+    command = command or "python " + shlex.join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
     lines = [f"## {title}", "",
              f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
              f"- commit: {commit()}; spaCy {spacy.__version__}",
