@@ -82,6 +82,7 @@ def test_shipped_configs_agree_on_every_shared_setting():
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:.*W113")  # the sourced ner reads no vectors (conll_accurate.cfg's comment)
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
 def test_config_builds_initializes_and_overfits_a_few_docs(path, tmp_path):
     overrides = {}
