@@ -203,6 +203,23 @@ def test_ensemble_script_trains_seeds_merges_them_and_writes_its_section(tmp_pat
     assert "- 2 members, mean of 1:" in section and "- 1 member distilled from ensemble0+1, mean of 1:" in section
 
 
+def test_ensemble_script_with_no_ensembles_reports_the_seeds_alone(tmp_path):
+    corpus = demo_corpus(tmp_path / "corpus")
+    results = tmp_path / "RESULTS.md"
+    script = [sys.executable, ROOT / "project" / "scripts" / "ensemble.py", corpus, tmp_path / "out",
+              "--config", ROOT / "configs" / "demo.cfg", "--no-ensembles", "--results", results]
+    refused = subprocess.run(script + ["--seeds", "0,1", "--distill", "1"], capture_output=True, text=True)
+    assert refused.returncode == 2 and "--distill needs an ensemble" in refused.stderr
+    assert not (tmp_path / "out").exists()  # refused before any training
+    subprocess.run(script + ["--seeds", "0", "--speed-rounds", "1", "--section", "One seed", "--training.max_steps", "20"],
+                   check=True, capture_output=True)
+    rows = json.loads((tmp_path / "out" / "ensemble.json").read_text())
+    assert [row["model"] for row in rows] == ["seed0"] and rows[0]["words_per_second"] > 0
+    section = results.read_text()
+    assert "## One seed" in section and "| seed0 | 1 |" in section and "- 1 member, mean of 1:" in section
+    assert "ensemble" not in section.split("- command")[1].split("\n", 1)[1]  # no ensemble rows, none named
+
+
 def test_ensemble_script_times_the_components_before_fofe_ner_alone(tmp_path):
     ensemble = load_benchmark_script("ensemble")
     args = argparse.Namespace(out=str(tmp_path / "out"))

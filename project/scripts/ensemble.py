@@ -3,6 +3,9 @@ merged (`spacy fofe ensemble`); each model tuned on dev, then scored on test and
 --distill, also single models trained with the largest ensemble as their teacher (distillation:
 `[initialize.components.fofe_ner] teacher`), which run at one model's speed.
 
+With --no-ensembles, only the seeds alone (a config whose fofe_ner reads a shared transformer
+cannot be merged).
+
 A seed whose training finished (OUT/seedS/trained.json) is not trained again, so an interrupted
 run resumes. Rows: each seed alone, each ensemble; their means by size answer "what does a user
 gain from k models", since a single ensemble's figure hides the seed noise. Words/s: `nlp.pipe`
@@ -81,7 +84,9 @@ def main() -> None:
     parser.add_argument("corpus", help="folder with train.spacy, dev.spacy, test.spacy")
     parser.add_argument("out")
     parser.add_argument("--config", required=True)
-    parser.add_argument("--seeds", default="0,1,2", help="two or more seeds")
+    parser.add_argument("--seeds", default="0,1,2", help="the seeds; ensembles are made of two or more")
+    parser.add_argument("--no-ensembles", action="store_true", help="the seeds alone, e.g. for a config whose "
+                        "fofe_ner reads a shared transformer (a listener), which `spacy fofe ensemble` cannot merge")
     parser.add_argument("--strict", action="store_true", help="also give GermEval's strict (level-aware) test F1")
     parser.add_argument("--strict-objective", action="store_true", help="tune for strict F1 (fofe tune --objective)")
     parser.add_argument("--distill", default="", help="seeds of single models trained with the ensemble of all "
@@ -92,10 +97,14 @@ def main() -> None:
     args, args.overrides = parser.parse_known_args()  # the rest goes to spacy train, e.g. --paths.vectors V
     args.docs_corpus = None  # ablation.evaluate's documents form: sentence docs only here
     seeds = [int(s) for s in args.seeds.split(",")]
-    if len(seeds) < 2 or len(set(seeds)) < len(seeds):
-        parser.error("--seeds needs two or more different seeds")
-    models = {f"seed{s}": train_seed(args, s) for s in seeds}
+    if len(set(seeds)) < len(seeds):
+        parser.error("--seeds: each seed once")
     groups = [list(pair) for pair in itertools.combinations(seeds, 2)] + ([seeds] if len(seeds) > 2 else [])
+    if args.no_ensembles:
+        groups = []
+    if args.distill and not groups:
+        parser.error("--distill needs an ensemble of two or more --seeds as the teacher")
+    models = {f"seed{s}": train_seed(args, s) for s in seeds}
     sizes = {**{name: 1 for name in models}, **{ensemble_name(group): len(group) for group in groups}}
     for group in groups:
         models[ensemble_name(group)] = merged(args, ensemble_name(group), [models[f"seed{s}"] for s in group])
@@ -111,8 +120,10 @@ def main() -> None:
         rows.append({"model": name, "members": sizes[name], **evaluate(args, name, models[name])})
     if args.speed_rounds > 0:
         # One model of each size: the first seed, the first pair, all seeds.
-        timed = {name: models[name] for name in
-                 [f"seed{seeds[0]}", ensemble_name(seeds[:2])] + ([ensemble_name(seeds)] if len(seeds) > 2 else [])}
+        names = [f"seed{seeds[0]}"] + ([ensemble_name(seeds[:2])] if groups else [])
+        if len(seeds) > 2 and groups:
+            names.append(ensemble_name(seeds))
+        timed = {name: models[name] for name in names}
         upstream = upstream_alone(args, models[f"seed{seeds[0]}"])
         if upstream:
             timed[UPSTREAM] = upstream
@@ -176,7 +187,9 @@ def report(args, rows: list, seeds: list) -> str:
     objective = "strict F1" if args.strict_objective else "span F1"
     overrides = f" (spacy train overrides: `{' '.join(args.overrides)}`)" if args.overrides else ""
     return (f"Config `{args.config}`{overrides}, seeds {', '.join(map(str, seeds))}; `seedS`: that seed's "
-            "model-best alone, `ensembleA+B`: `spacy fofe ensemble` of those seeds' model-best"
+            "model-best alone"
+            + (", `ensembleA+B`: `spacy fofe ensemble` of those seeds' model-best"
+               if any(row["members"] > 1 for row in rows) else "")
             + (f"; `distilledS`: seed S trained with {args.teacher}'s model-best as its teacher (the config's "
                "teacher_weight)" if args.distill else "") + "; every model tuned "
             f"on dev for {objective} (`spacy fofe tune`), then dev and test span F1 under `sc` (dev is what the "
