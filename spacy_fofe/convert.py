@@ -211,12 +211,17 @@ def group_documents(records: Iterable[Record], path: Path) -> Iterator[Record]:
 
 
 def join_sentences(sentences: Sequence[Record]) -> Record:
-    """One record of several sentences: words and spans in order, sentence starts marked."""
-    joined = Record([], [[] for _ in sentences[0].levels], spaces=[], sent_starts=[], doc_start=True)
+    """One record of several sentences: words and spans in order, sentence starts marked. When the
+    sentences' spacing is unknown (CoNLL columns), so is the document's: training and evaluation
+    then keep the file's tokens, as they do for the sentences, instead of re-tokenizing the text."""
+    known = any(sentence.spaces is not None for sentence in sentences)
+    joined = Record([], [[] for _ in sentences[0].levels], spaces=[] if known else None, sent_starts=[],
+                    doc_start=True)
     for sentence in sentences:
         offset = len(joined.words)
         joined.words.extend(sentence.words)
-        joined.spaces.extend(sentence.spaces or [True] * len(sentence.words))
+        if known:
+            joined.spaces.extend(sentence.spaces or [True] * len(sentence.words))
         joined.sent_starts.extend([True] + [False] * (len(sentence.words) - 1))
         for level, spans in zip(joined.levels, sentence.levels):
             level.extend((start + offset, end + offset, label) for start, end, label in spans)

@@ -18,7 +18,7 @@ from spacy.tokens import Doc, Span
 from spacy.training import Example
 
 from .gold import gold_spans
-from .scoring import span_levels
+from .scoring import predicted_levels, span_levels
 
 LEVELS = ("outer", "inner")
 KINDS = ("missed", "boundary", "label", "spurious")
@@ -46,12 +46,12 @@ class Analysis:
 
 
 def analyse(examples: Iterable[Example], spans_key: str) -> Analysis:
-    """Compare each example's predicted spans with its gold, level by level (same tokens assumed)."""
+    """Compare each example's predicted spans with its gold, level by level, on the reference's tokens."""
     analysis = Analysis()
     for index, eg in enumerate(examples):
         doc_errors = DocErrors(index)
         gold_levels = span_levels(eg.reference, spans_key, predicted=False)
-        pred_levels = span_levels(eg.predicted, spans_key, predicted=True)
+        pred_levels = predicted_levels(eg, spans_key)
         for level, gold, pred in zip(LEVELS, gold_levels, pred_levels):
             analysis.score(level).score_set(pred, gold)
             for label in {s[2] for s in gold | pred}:

@@ -4,11 +4,11 @@ metric of GermEval 2014, and entity P/R/F."""
 from typing import Any, Dict, Iterable, List, Set, Tuple
 
 from spacy.scorer import PRFScore, Scorer, get_ner_prf
-from spacy.tokens import Doc
+from spacy.tokens import Doc, Span
 from spacy.training import Example
 from spacy.util import registry
 
-from .gold import gold_spans
+from .gold import gold_spans, same_tokens
 from .span_geometry import bounds_of, nested_flags
 
 
@@ -60,15 +60,14 @@ def score_levels(examples: Iterable[Example], spans_key: str) -> Dict[str, Any]:
     """GermEval 2014's strict metric: a span counts only on its own level (outer or inner).
 
     Returns spans_{key}_outer_p/r/f, _inner_p/r/f, and _strict_p/r/f for both levels
-    together (the official "combined" figure). Assumes the predicted tokenization is
-    the reference's (as for corpora read from .spacy files).
+    together (the official "combined" figure), on the reference's tokens (`predicted_levels`).
     """
     per_level = [PRFScore(), PRFScore()]
     for eg in examples:
         if not (spans_key in eg.reference.spans or eg.reference.has_annotation("ENT_IOB")):
             continue
         gold = span_levels(eg.reference, spans_key, predicted=False)
-        pred = span_levels(eg.predicted, spans_key, predicted=True)
+        pred = predicted_levels(eg, spans_key)
         for score, g, p in zip(per_level, gold, pred):
             score.score_set(p, g)
     combined = PRFScore()
@@ -79,6 +78,19 @@ def score_levels(examples: Iterable[Example], spans_key: str) -> Dict[str, Any]:
         out.update({f"spans_{spans_key}_{name}_p": score.precision, f"spans_{spans_key}_{name}_r": score.recall,
                     f"spans_{spans_key}_{name}_f": score.fscore})
     return out
+
+
+def predicted_levels(eg: Example, spans_key: str) -> List[Set[Tuple[int, int, str]]]:
+    """`span_levels` of the predicted doc on the reference's tokens, so they compare with the gold
+    levels when the tokenizations differ; a span that does not align is left out, as spaCy's
+    span scorer leaves it out."""
+    levels = span_levels(eg.predicted, spans_key, predicted=True)
+    if same_tokens(eg.predicted, eg.reference):
+        return levels
+    doc = eg.predicted
+    return [{(span.start, span.end, span.label_) for span in eg.get_aligned_spans_x2y(
+        [Span(doc, start, end, label=label) for start, end, label in sorted(level)], allow_overlap=True)}
+        for level in levels]
 
 
 @registry.scorers("spacy_fofe.fofe_ner_scorer.v1")

@@ -6,6 +6,7 @@ import re
 import pytest
 import spacy
 from spacy.tokens import DocBin
+from spacy.training import Corpus
 from spacy.vocab import Vocab
 from typer.testing import CliRunner
 
@@ -190,6 +191,7 @@ Blackburn NNP B-NP I-PER
 -DOCSTART- -X- -X- O
 
 BRUSSELS NNP B-NP I-LOC
+1996-08-22 CD I-NP O
 -DOCSTART- -X- -X- O
 Germany NNP B-NP I-LOC
 """
@@ -201,14 +203,20 @@ def test_docs_join_the_sentences_of_each_document_with_their_starts(tmp_path):
     result = run("convert", source, tmp_path / "docs.spacy", "--scheme", "iob1", "--docs")
     assert result.exit_code == 0, result.output
     docs = list(DocBin().from_disk(tmp_path / "docs.spacy").get_docs(Vocab()))
-    assert [d.text for d in docs] == ["EU rejects Peter Blackburn ", "BRUSSELS ", "Germany "]
-    assert [[t.is_sent_start for t in d] for d in docs] == [[True, False, True, False], [True], [True]]
+    assert [d.text for d in docs] == ["EU rejects Peter Blackburn ", "BRUSSELS 1996-08-22 ", "Germany "]
+    assert [[t.is_sent_start for t in d] for d in docs] == [[True, False, True, False], [True, False], [True]]
     assert [(s.start, s.end, s.label_) for s in docs[0].spans["sc"]] == [(0, 1, "ORG"), (2, 4, "PER")]
     assert [[(e.start, e.end, e.label_) for e in d.ents] for d in docs[1:]] == [[(0, 1, "LOC")], [(0, 1, "LOC")]]
+    # CoNLL has no spacing, so a document keeps the file's tokens when training reads it, as a
+    # sentence doc does, instead of being re-tokenized from its text ("1996-12-06" stays one token).
+    nlp = spacy.blank("en")
+    examples = list(Corpus(tmp_path / "docs.spacy")(nlp))
+    assert all(d.has_unknown_spaces for d in docs)
+    assert [[t.text for t in eg.predicted] for eg in examples] == [[t.text for t in d] for d in docs]
     # Without --docs the same file gives a doc per sentence, with no sentence annotation.
     run("convert", source, tmp_path / "sents.spacy", "--scheme", "iob1")
     sents = list(DocBin().from_disk(tmp_path / "sents.spacy").get_docs(Vocab()))
-    assert [len(d) for d in sents] == [2, 2, 1, 1]
+    assert [len(d) for d in sents] == [2, 2, 2, 1]
 
 
 def test_docs_without_docstart_lines_is_an_error_and_nothing_is_written(tmp_path):

@@ -2,7 +2,7 @@
 
 import pytest
 import spacy
-from spacy.tokens import Span, SpanGroup
+from spacy.tokens import Doc, Span, SpanGroup
 from spacy.training import Example
 
 from spacy_fofe.scoring import score_fofe_ner
@@ -38,3 +38,20 @@ def test_levels_fall_back_to_containment_without_level_groups():
     pred.spans["sc"] = [Span(pred, 0, 3, "ORG"), Span(pred, 2, 3, "LOC")]
     scores = score_fofe_ner([Example(pred, gold)], spans_key="sc", ents="off")
     assert scores["spans_sc_outer_f"] == scores["spans_sc_inner_f"] == scores["spans_sc_strict_f"] == 1.0
+
+
+def test_levels_align_predictions_tokenized_otherwise_with_the_reference():
+    # A reference with the file's tokens (CoNLL keeps "1996-08-22" whole) and a prediction on
+    # tokens that split it: the level scores compare the same spans, not shifted token indices.
+    nlp = spacy.blank("en")
+    gold = Doc(nlp.vocab, words=["1996-08-22", "Leeds", "beat", "Big", "Ben", "FC"])
+    gold.spans["sc"] = [Span(gold, 1, 2, "ORG"), Span(gold, 3, 6, "ORG"), Span(gold, 3, 5, "LOC")]
+    pred = Doc(nlp.vocab, words=["1996", "-", "08", "-", "22", "Leeds", "beat", "Big", "Ben", "FC"],
+               spaces=[False, False, False, False, True, True, True, True, True, False])
+    spans = [Span(pred, 5, 6, "ORG"), Span(pred, 7, 10, "ORG"), Span(pred, 8, 9, "LOC")]
+    pred.spans["sc"] = SpanGroup(pred, name="sc", spans=spans, attrs={"depths": [0, 0, 1], "scores": [1, 1, 1]})
+    scores = score_fofe_ner([Example(pred, gold)], spans_key="sc", ents="off")
+    # Leeds and Big Ben FC right on the outer level; LOC(8,9) is Ben, not the gold inner Big Ben.
+    assert scores["spans_sc_outer_f"] == 1.0 and scores["spans_sc_inner_f"] == 0.0
+    assert scores["spans_sc_strict_p"] == pytest.approx(2 / 3) == scores["spans_sc_strict_r"]
+    assert scores["spans_sc_strict_f"] == pytest.approx(scores["spans_sc_f"])
