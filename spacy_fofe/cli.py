@@ -19,6 +19,7 @@ from wasabi import msg
 
 from . import convert as converters
 from . import error_analysis, stats
+from .corpus import with_sentence_starts
 
 HELP = """FOFE-NER commands: convert corpora, tune decoding, evaluate with level
 scores and an error-analysis page, and span statistics."""
@@ -99,6 +100,7 @@ def tune_cli(
     objective: Objective = Opt(Objective.span, "--objective", help="span F1 over all levels, or strict (level-aware)"),
     no_label_thresholds: bool = Opt(False, "--no-label-thresholds", help="Search levels only, no per-label thresholds"),
     holdout: float = Opt(0.0, "--holdout", help="Share of dev docs kept out of the search, to report on"),
+    sentence_starts: bool = Opt(False, "--sentence-starts", help="Give each doc the data's sentence starts, as a senter would (documents read whole)"),
     code_path: Optional[Path] = Opt(None, "--code", "-c", help="Python file with registered functions to import"),
     use_gpu: int = Opt(-1, "--gpu-id", "-g", help="GPU ID or -1 for CPU"),
     # fmt: on
@@ -111,7 +113,8 @@ def tune_cli(
 
     try:
         tune_pipeline(Path(model), dev_path, output_path, component, objective=objective.value,
-                      label_thresholds=not no_label_thresholds, holdout=holdout, log=print)
+                      label_thresholds=not no_label_thresholds, holdout=holdout, sentence_starts=sentence_starts,
+                      log=print)
     except (ValueError, OSError) as err:
         _fail(err)
 
@@ -133,6 +136,7 @@ def evaluate_cli(
     html_path: Optional[Path] = Opt(None, "--html", help="Write the error-analysis page (HTML) here", dir_okay=False),
     worst: int = Opt(20, "--worst", help="Documents shown on the HTML page, most errors first"),
     component: str = Opt("fofe_ner", "--component", help="Name of the fofe_ner component"),
+    sentence_starts: bool = Opt(False, "--sentence-starts", help="Give each doc the data's sentence starts, as a senter would (documents read whole)"),
     code_path: Optional[Path] = Opt(None, "--code", "-c", help="Python file with registered functions to import"),
     use_gpu: int = Opt(-1, "--gpu-id", "-g", help="GPU ID or -1 for CPU"),
     # fmt: on
@@ -148,7 +152,8 @@ def evaluate_cli(
         _fail(ValueError(f"{model} has no component {component!r}; its components: {nlp.pipe_names}"))
     key = nlp.get_pipe(component).key
     scorer = _KeepingScorer(nlp=nlp)
-    scores = nlp.evaluate(Corpus(data_path)(nlp), scorer=scorer)
+    examples = Corpus(data_path)(nlp)
+    scores = nlp.evaluate(with_sentence_starts(examples) if sentence_starts else examples, scorer=scorer)
     examples = scorer.examples
     prefix = f"spans_{key}"
     results = {name: scores.get(f"{prefix}_{metric}") for name, metric in

@@ -16,23 +16,36 @@ import os
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
+import numpy
+from spacy.attrs import SENT_START
 from spacy.errors import Errors
 from spacy.tokens import Doc
-from spacy.training import Corpus
+from spacy.training import Corpus, Example
 from spacy.util import registry
 from spacy.vocab import Vocab
+
+from .gold import same_tokens
 
 # (file path, modification time, size) of each file read, and the limit -> the docs read.
 _CacheKey = Tuple[Tuple[Tuple[str, int, int], ...], int]
 
 
 class CachedCorpus(Corpus):
-    """spaCy's Corpus whose reference docs are read from disk once and then kept in memory."""
+    """spaCy's Corpus whose reference docs are read from disk once and then kept in memory; with
+    `sentence_starts`, the predicted docs also get the reference's sentence starts."""
 
     # Docs belong to one vocab's StringStore, so only the last vocab's docs are kept: a process
     # that trains several pipelines one after another holds one pipeline's corpora, not all.
     _vocab: Optional[Vocab] = None
     _docs: Dict[_CacheKey, List[Doc]] = {}
+
+    def __init__(self, *args, sentence_starts: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.sentence_starts = sentence_starts
+
+    def __call__(self, nlp) -> Iterator[Example]:
+        examples = super().__call__(nlp)
+        yield from with_sentence_starts(examples) if self.sentence_starts else examples
 
     def read_docbin(self, vocab: Vocab, locs: Iterable[Union[str, Path]]) -> Iterator[Doc]:
         paths = [Path(loc) for loc in locs]
@@ -43,6 +56,27 @@ class CachedCorpus(Corpus):
         if key not in CachedCorpus._docs:
             CachedCorpus._docs[key] = list(super().read_docbin(vocab, paths))
         yield from CachedCorpus._docs[key]
+
+
+def with_sentence_starts(examples: Iterable[Example]) -> Iterator[Example]:
+    """The examples with their reference's sentence starts set on the predicted docs (on the
+    predicted token that begins each reference sentence when the tokens differ), as a senter
+    before fofe_ner would set them: documents whose sentences are known (CoNLL's) can then be
+    read whole, with `stop_at_sentences` codes. A reference without sentence starts passes as is."""
+    for eg in examples:
+        reference, predicted = eg.reference, eg.predicted
+        if len(predicted) and reference.has_annotation("SENT_START"):
+            starts = numpy.flatnonzero(reference.to_array("SENT_START") == 1)
+            if not same_tokens(predicted, reference):
+                y2x = eg.alignment.y2x  # a reference token's predicted tokens, flat, with a length each
+                lengths = numpy.asarray(y2x.lengths)
+                aligned = starts[lengths[starts] > 0]
+                starts = numpy.asarray(y2x.data)[(numpy.cumsum(lengths) - lengths)[aligned]]
+            values = numpy.full((len(predicted), 1), -1, dtype="int64")  # -1: not a start
+            values[starts[starts < len(predicted)], 0] = 1
+            values[0, 0] = 1
+            predicted.from_array([SENT_START], values.astype("uint64"))
+        yield eg
 
 
 def _stamp(path: Path) -> Tuple[int, int]:
@@ -57,8 +91,11 @@ def create_cached_docbin_reader(
     max_length: int = 0,
     limit: int = 0,
     augmenter: Optional[Callable] = None,
+    sentence_starts: bool = False,
 ) -> CachedCorpus:
-    """spacy.Corpus.v1's arguments and results; the .spacy files are read only once."""
+    """spacy.Corpus.v1's arguments and results; the .spacy files are read only once.
+    sentence_starts: give the predicted docs the data's sentence starts (`with_sentence_starts`)."""
     if path is None:
         raise ValueError(Errors.E913)
-    return CachedCorpus(path, gold_preproc=gold_preproc, max_length=max_length, limit=limit, augmenter=augmenter)
+    return CachedCorpus(path, gold_preproc=gold_preproc, max_length=max_length, limit=limit, augmenter=augmenter,
+                        sentence_starts=sentence_starts)

@@ -13,6 +13,7 @@ from spacy.tokens import Span
 from spacy.training import Corpus, Example
 
 from .decoding import ALGORITHMS, Candidate, Level, decode, levels_from
+from .corpus import with_sentence_starts
 from .gold import gold_spans, same_tokens
 from .scoring import span_levels
 
@@ -122,7 +123,7 @@ def tune_decoding(candidates: Sequence[List[Candidate]], gold: Sequence[Gold], c
 
 def tune_pipeline(model: Path, dev: Path, output: Path, component: str = "fofe_ner", batch_size: int = 256,
                   objective: str = "span", label_thresholds: bool = True, holdout: float = 0.0,
-                  log: Callable[[str], None] = print) -> Dict[str, float]:
+                  sentence_starts: bool = False, log: Callable[[str], None] = print) -> Dict[str, float]:
     """Load a pipeline, tune its fofe_ner decoding on a dev .spacy file, save it to `output`.
 
     objective "span" maximises span F1 over all levels (spans_{key}_f); "strict" maximises
@@ -130,6 +131,7 @@ def tune_pipeline(model: Path, dev: Path, output: Path, component: str = "fofe_n
     inner level right. label_thresholds False: search only each level's algorithm and
     threshold (steadier on test when dev is small: see the README). holdout: the share of dev
     docs (drawn at random, seed 0) left out of the search, on which the gain is reported.
+    sentence_starts: give the docs the dev data's sentence starts (`with_sentence_starts`).
     Returns the F1 figures; nothing is written when the dev file has no gold spans.
     """
     if objective not in OBJECTIVES:
@@ -142,7 +144,8 @@ def tune_pipeline(model: Path, dev: Path, output: Path, component: str = "fofe_n
         raise ValueError(f"{model} has no component {component!r}; its components: {nlp.pipe_names}")
     ner = nlp.get_pipe(component)
     # spaCy's own reader, so examples (and their tokenization) are those `spacy evaluate` uses.
-    examples = list(Corpus(dev)(nlp))
+    examples = Corpus(dev)(nlp)
+    examples = list(with_sentence_starts(examples) if sentence_starts else examples)
     log(f"Scoring {len(examples)} dev docs once with {component} ...")
     candidates: List[List[Candidate]] = []
     gold: List[Gold] = []

@@ -1,19 +1,21 @@
 """`python -m spacy fofe ...`: the commands, their outputs and their errors."""
 
 import json
+import re
 import subprocess
 import sys
 
+import numpy
 import pytest
 import spacy
-from spacy.tokens import DocBin, Span
+from spacy.tokens import Doc, DocBin, Span
 from typer.testing import CliRunner
 
 from spacy_fofe.cli import fofe_cli
 from spacy_fofe.error_analysis import classify
 from spacy_fofe.span_geometry import depths
 
-from helpers import NESTED, make_examples
+from helpers import NESTED, SMALL_MODEL, make_examples, train
 
 
 def run(*args):
@@ -113,6 +115,40 @@ def test_tune_with_a_bad_holdout_is_an_error_and_writes_nothing(trained, tmp_pat
     result = run("tune", tmp_path / "model", gold, tmp_path / "tuned", "--holdout", holdout)
     assert result.exit_code == 1 and message in " ".join(result.output.split())
     assert not (tmp_path / "tuned").exists()
+
+
+def test_sentence_starts_score_a_document_as_its_sentences(tmp_path):
+    # A model whose codes stop at sentence starts, scored on the sentences and on one document of
+    # them: with --sentence-starts the document gets the data's starts, so evaluate and tune see
+    # what they see on the sentences; without, its codes run across them.
+    spacy.util.fix_random_seed(0)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("fofe_ner", config={"model": {**SMALL_MODEL, "stop_at_sentences": True},
+                                     "overlap_rate": 1.0, "disjoint_rate": 1.0})
+    train(nlp, make_examples(nlp, NESTED), steps=100)  # not fitted to 100%, so the context still matters
+    nlp.to_disk(tmp_path / "model")
+    sentences = [eg.reference for eg in make_examples(nlp, NESTED)]
+    DocBin(docs=sentences).to_disk(tmp_path / "sentences.spacy")
+    document = Doc(nlp.vocab, words=[t.text for doc in sentences for t in doc],
+                   sent_starts=[t.i == 0 for doc in sentences for t in doc])
+    offsets = numpy.cumsum([0] + [len(doc) for doc in sentences])
+    document.spans["sc"] = [Span(document, s.start + offset, s.end + offset, s.label_)
+                            for doc, offset in zip(sentences, offsets) for s in doc.spans["sc"]]
+    DocBin(docs=[document]).to_disk(tmp_path / "document.spacy")
+    scores = {}
+    for name, data, flags in (("sentences", "sentences", []), ("starts", "document", ["--sentence-starts"]),
+                              ("across", "document", [])):
+        result = run("evaluate", tmp_path / "model", tmp_path / f"{data}.spacy", *flags,
+                     "--output", tmp_path / f"{name}.json")
+        assert result.exit_code == 0, result.output
+        scores[name] = json.loads((tmp_path / f"{name}.json").read_text())
+    keys = ("spans_sc_p", "spans_sc_r", "spans_sc_strict_f")
+    assert [scores["starts"][k] for k in keys] == [scores["sentences"][k] for k in keys]
+    assert [scores["across"][k] for k in keys] != [scores["sentences"][k] for k in keys]
+    tuned = [run("tune", tmp_path / "model", tmp_path / f"{data}.spacy", tmp_path / data, *flags).output
+             for data, flags in (("sentences", []), ("document", ["--sentence-starts"]))]
+    figures = [re.findall(r"(?:before|after): ([0-9.]+)", output) for output in tuned]
+    assert figures[0] == figures[1] and figures[0]
 
 
 def test_spans_in_gold_only_as_ents_are_read(tmp_path):

@@ -2,7 +2,7 @@
 
 import pytest
 import spacy
-from spacy.tokens import DocBin, Span
+from spacy.tokens import Doc, DocBin, Span
 from spacy.training import Corpus
 from spacy.util import registry
 
@@ -82,3 +82,25 @@ def test_limit_and_missing_path_behave_as_in_spacy(tmp_path):
     assert len(list(limited(nlp))) == len(list(limited(nlp))) == 1
     with pytest.raises(ValueError, match="E913"):
         registry.readers.get("spacy_fofe.CachedCorpus.v1")(None, **ARGS)
+
+
+def test_sentence_starts_reach_the_predicted_docs_through_the_alignment(tmp_path):
+    nlp = spacy.blank("en")
+    words = ["BRUSSELS", "1996-08-22", "EU", "rejects", "it", ".", "Peter", "Blackburn"]
+    starts = [True, False, True, False, False, False, True, False]
+    unknown = Doc(nlp.vocab, words=words, sent_starts=starts)  # CoNLL's tokens, spacing unknown
+    known = Doc(nlp.vocab, words=words, spaces=[True] * 8, sent_starts=starts)  # re-tokenized from text
+    plain = Doc(nlp.vocab, words=["No", "starts"])
+    DocBin(docs=[unknown, known, plain]).to_disk(tmp_path / "docs.spacy")
+    reader = registry.resolve({"r": {"@readers": "spacy_fofe.CachedCorpus.v1", "path": str(tmp_path / "docs.spacy"),
+                                     **ARGS, "sentence_starts": True}})["r"]
+    first, second, third = list(reader(nlp))
+    assert [t.is_sent_start for t in first.predicted] == starts
+    # The text is split differently ("1996-08-22" into 5 tokens): each sentence still starts at its word.
+    assert len(second.predicted) == len(words) + 4
+    assert [t.text for t in second.predicted if t.is_sent_start] == ["BRUSSELS", "EU", "Peter"]
+    assert not third.predicted.has_annotation("SENT_START")
+    # Off by default, as in spacy.Corpus.v1: the predicted docs carry no sentence starts.
+    plain_reader = registry.resolve({"r": {"@readers": "spacy_fofe.CachedCorpus.v1",
+                                           "path": str(tmp_path / "docs.spacy"), **ARGS}})["r"]
+    assert not any(eg.predicted.has_annotation("SENT_START") for eg in plain_reader(nlp))
