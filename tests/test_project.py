@@ -211,12 +211,15 @@ def test_ensemble_script_with_no_ensembles_reports_the_seeds_alone(tmp_path):
     refused = subprocess.run(script + ["--seeds", "0,1", "--distill", "1"], capture_output=True, text=True)
     assert refused.returncode == 2 and "--distill needs an ensemble" in refused.stderr
     assert not (tmp_path / "out").exists()  # refused before any training
-    subprocess.run(script + ["--seeds", "0", "--speed-rounds", "1", "--section", "One seed", "--training.max_steps", "20"],
-                   check=True, capture_output=True)
+    subprocess.run(script + ["--seeds", "0", "--speed-rounds", "1", "--section", "One seed", "--training.max_steps", "20",
+                             "--sentence-starts"], check=True, capture_output=True)
     rows = json.loads((tmp_path / "out" / "ensemble.json").read_text())
     assert [row["model"] for row in rows] == ["seed0"] and rows[0]["words_per_second"] > 0
+    trained = load_config(tmp_path / "out" / "seed0" / "model-best" / "config.cfg")
+    assert trained["corpora"]["train"]["sentence_starts"] is trained["corpora"]["dev"]["sentence_starts"] is True
     section = results.read_text()
     assert "## One seed" in section and "| seed0 | 1 |" in section and "- 1 member, mean of 1:" in section
+    assert "given their sentence starts (`--sentence-starts`)" in section
     assert "ensemble" not in section.split("- command")[1].split("\n", 1)[1]  # no ensemble rows, none named
 
 

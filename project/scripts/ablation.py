@@ -135,8 +135,9 @@ def evaluate(args, name: str, model: Path) -> dict:
     for key, (corpus, split) in cases.items():
         result = Path(args.out) / name / f"{key}.json"
         if not result.exists():
+            starts = ["--sentence-starts"] if getattr(args, "sentence_starts", False) else []
             run([sys.executable, "-m", "spacy", "fofe", "evaluate", model, Path(corpus) / f"{split}.spacy",
-                 "--output", result])
+                 "--output", result, *starts])
         found = json.loads(result.read_text())
         scores[key] = round(100 * found["spans_sc_f"], 2)
         if key == "test" and args.strict:

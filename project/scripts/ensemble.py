@@ -68,7 +68,9 @@ def tuned(args, name: str, model: Path) -> Path:
     out = Path(args.out) / name / "model-tuned"
     if not out.exists():
         objective = ["--objective", "strict"] if args.strict_objective else []
-        run([sys.executable, "-m", "spacy", "fofe", "tune", model, Path(args.corpus) / "dev.spacy", out, *objective])
+        starts = ["--sentence-starts"] if args.sentence_starts else []
+        run([sys.executable, "-m", "spacy", "fofe", "tune", model, Path(args.corpus) / "dev.spacy", out, *objective,
+             *starts])
     return out
 
 
@@ -91,10 +93,14 @@ def main() -> None:
     parser.add_argument("--strict-objective", action="store_true", help="tune for strict F1 (fofe tune --objective)")
     parser.add_argument("--distill", default="", help="seeds of single models trained with the ensemble of all "
                         "--seeds as their teacher, e.g. 0,1 (none by default)")
+    parser.add_argument("--sentence-starts", action="store_true", help="documents with their sentence starts: "
+                        "train, tune and evaluate with the data's starts on the docs (for stop_at_sentences)")
     parser.add_argument("--speed-rounds", type=int, default=2, help="rounds of words/s measurement (0: none)")
     parser.add_argument("--results", default=str(RESULTS), help="the results file whose section this rewrites")
     parser.add_argument("--section", default="", help="its title (default: Ensemble on CORPUS)")
     args, args.overrides = parser.parse_known_args()  # the rest goes to spacy train, e.g. --paths.vectors V
+    if args.sentence_starts:
+        args.overrides += ["--corpora.train.sentence_starts", "true", "--corpora.dev.sentence_starts", "true"]
     args.docs_corpus = None  # ablation.evaluate's documents form: sentence docs only here
     seeds = [int(s) for s in args.seeds.split(",")]
     if len(set(seeds)) < len(seeds):
@@ -193,7 +199,8 @@ def report(args, rows: list, seeds: list) -> str:
             + (f"; `distilledS`: seed S trained with {args.teacher}'s model-best as its teacher (the config's "
                "teacher_weight)" if args.distill else "") + "; every model tuned "
             f"on dev for {objective} (`spacy fofe tune`), then dev and test span F1 under `sc` (dev is what the "
-            "tuning saw). Words/s: `nlp.pipe` over the test texts, batch 1000, best of 3 in each of "
+            "tuning saw)" + (", the docs given their sentence starts (`--sentence-starts`)" if args.sentence_starts
+                             else "") + ". Words/s: `nlp.pipe` over the test texts, batch 1000, best of 3 in each of "
             f"{args.speed_rounds} alternating rounds, one thread.\n\n" + "\n".join(lines) + "\n\n"
             + "\n".join(means) + "\n")
 
