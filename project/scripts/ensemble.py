@@ -200,8 +200,10 @@ def report(args, rows: list, seeds: list) -> str:
                "teacher_weight)" if args.distill else "") + "; every model tuned "
             f"on dev for {objective} (`spacy fofe tune`), then dev and test span F1 under `sc` (dev is what the "
             "tuning saw)" + (", the docs given their sentence starts (`--sentence-starts`)" if args.sentence_starts
-                             else "") + ". Words/s: `nlp.pipe` over the test texts, batch 1000, best of 3 in each of "
-            f"{args.speed_rounds} alternating rounds, one thread.\n\n" + "\n".join(lines) + "\n\n"
+                             else "") + "."
+            + (" Words/s: `nlp.pipe` over the test texts, batch 1000, best of 3 in each of "
+               f"{args.speed_rounds} alternating rounds, one thread." if args.speed_rounds > 0 else "")
+            + "\n\n" + "\n".join(lines) + "\n\n"
             + "\n".join(means) + "\n")
 
 
