@@ -21,6 +21,7 @@ from . import convert as converters
 from . import error_analysis, stats
 from .corpus import with_sentence_starts
 
+SENTENCE_STARTS_HELP = "Give each doc the data's sentence starts, as a senter would (documents read whole)"
 HELP = """FOFE-NER commands: convert corpora, tune decoding, evaluate with level
 scores and an error-analysis page, and span statistics."""
 
@@ -100,7 +101,7 @@ def tune_cli(
     objective: Objective = Opt(Objective.span, "--objective", help="span F1 over all levels, or strict (level-aware)"),
     no_label_thresholds: bool = Opt(False, "--no-label-thresholds", help="Search levels only, no per-label thresholds"),
     holdout: float = Opt(0.0, "--holdout", help="Share of dev docs kept out of the search, to report on"),
-    sentence_starts: bool = Opt(False, "--sentence-starts", help="Give each doc the data's sentence starts, as a senter would (documents read whole)"),
+    sentence_starts: bool = Opt(False, "--sentence-starts", help=SENTENCE_STARTS_HELP),
     code_path: Optional[Path] = Opt(None, "--code", "-c", help="Python file with registered functions to import"),
     use_gpu: int = Opt(-1, "--gpu-id", "-g", help="GPU ID or -1 for CPU"),
     # fmt: on
@@ -136,7 +137,7 @@ def evaluate_cli(
     html_path: Optional[Path] = Opt(None, "--html", help="Write the error-analysis page (HTML) here", dir_okay=False),
     worst: int = Opt(20, "--worst", help="Documents shown on the HTML page, most errors first"),
     component: str = Opt("fofe_ner", "--component", help="Name of the fofe_ner component"),
-    sentence_starts: bool = Opt(False, "--sentence-starts", help="Give each doc the data's sentence starts, as a senter would (documents read whole)"),
+    sentence_starts: bool = Opt(False, "--sentence-starts", help=SENTENCE_STARTS_HELP),
     code_path: Optional[Path] = Opt(None, "--code", "-c", help="Python file with registered functions to import"),
     use_gpu: int = Opt(-1, "--gpu-id", "-g", help="GPU ID or -1 for CPU"),
     # fmt: on
