@@ -239,7 +239,8 @@ def test_ensemble_script_times_the_components_before_fofe_ner_alone(tmp_path):
     rows = [{"model": "seed0", "members": 1, "dev": 90.0, "test": 80.0, "words_per_second": 1000},
             {"model": "upstream", "members": 0, "components": ["sentencizer"], "words_per_second": 4000}]
     text = ensemble.report(argparse.Namespace(strict=False, speed_rounds=1, distill="", teacher="ensemble0+1",
-                                              strict_objective=False, config="c.cfg", overrides=[]), rows, [0])
+                                              strict_objective=False, sentence_starts=False, config="c.cfg",
+                                              overrides=[]), rows, [0])
     assert "| upstream |" not in text
     assert "- the components before fofe_ner alone (sentencizer): 4,000 words/s; seed0 runs at 0.25x of them" in text
 
