@@ -208,7 +208,7 @@ def test_docs_join_the_sentences_of_each_document_with_their_starts(tmp_path):
     assert [(s.start, s.end, s.label_) for s in docs[0].spans["sc"]] == [(0, 1, "ORG"), (2, 4, "PER")]
     assert [[(e.start, e.end, e.label_) for e in d.ents] for d in docs[1:]] == [[(0, 1, "LOC")], [(0, 1, "LOC")]]
     # CoNLL has no spacing, so a document keeps the file's tokens when training reads it, as a
-    # sentence doc does, instead of being re-tokenized from its text ("1996-12-06" stays one token).
+    # sentence doc does, instead of being re-tokenized from its text ("1996-08-22" stays one token).
     nlp = spacy.blank("en")
     examples = list(Corpus(tmp_path / "docs.spacy")(nlp))
     assert all(d.has_unknown_spaces for d in docs)
