@@ -24,8 +24,6 @@ from spacy.training import Corpus, Example
 from spacy.util import registry
 from spacy.vocab import Vocab
 
-from .gold import same_tokens
-
 # (file path, modification time, size) of each file read, and the limit -> the docs read.
 _CacheKey = Tuple[Tuple[Tuple[str, int, int], ...], int]
 
@@ -59,23 +57,14 @@ class CachedCorpus(Corpus):
 
 
 def with_sentence_starts(examples: Iterable[Example]) -> Iterator[Example]:
-    """The examples with their reference's sentence starts set on the predicted docs (on the
-    predicted token that begins each reference sentence when the tokens differ), as a senter
-    before fofe_ner would set them: documents whose sentences are known (CoNLL's) can then be
-    read whole, with `stop_at_sentences` codes. A reference without sentence starts passes as is."""
+    """The examples with their reference's sentence starts set on the predicted docs (spaCy's
+    `Example.get_aligned_sent_starts`), as a senter before fofe_ner would set them: documents whose
+    sentences are known (CoNLL's) can then be read whole, with `stop_at_sentences` codes. A
+    reference without sentence starts passes as is."""
     for eg in examples:
-        reference, predicted = eg.reference, eg.predicted
-        if len(predicted) and reference.has_annotation("SENT_START"):
-            starts = numpy.flatnonzero(reference.to_array("SENT_START") == 1)
-            if not same_tokens(predicted, reference):
-                y2x = eg.alignment.y2x  # a reference token's predicted tokens, flat, with a length each
-                lengths = numpy.asarray(y2x.lengths)
-                aligned = starts[lengths[starts] > 0]
-                starts = numpy.asarray(y2x.data)[(numpy.cumsum(lengths) - lengths)[aligned]]
-            values = numpy.full((len(predicted), 1), -1, dtype="int64")  # -1: not a start
-            values[starts[starts < len(predicted)], 0] = 1
-            values[0, 0] = 1
-            predicted.from_array([SENT_START], values.astype("uint64"))
+        if len(eg.predicted) and eg.reference.has_annotation("SENT_START"):
+            starts = numpy.where(eg.get_aligned_sent_starts(), 1, -1).astype("uint64")  # -1: not a start
+            eg.predicted.from_array([SENT_START], starts[:, None])
         yield eg
 
 
