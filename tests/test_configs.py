@@ -125,3 +125,11 @@ def test_config_builds_initializes_and_overfits_a_few_docs(path, tmp_path):
     assert [predicted(doc, cfg["spans_key"]) for doc in docs] == [sorted(spans) for _, spans in data]
     # doc.ents is fofe_ner's outer level, whatever an upstream ner (conll_accurate.cfg's) had set.
     assert [sorted((e.start, e.end, e.label_) for e in doc.ents) for doc in docs] == [outer_level(sorted(s)) for _, s in data]
+    # Saved and loaded as `spacy train` and `spacy.load` do, the pipeline scores and decodes the same.
+    nlp.to_disk(tmp_path / "model")
+    reloaded = spacy.load(tmp_path / "model")
+    loaded = [reloaded(text) for text, _ in data]
+    key = cfg["spans_key"]
+    assert [predicted(doc, key) for doc in loaded] == [predicted(doc, key) for doc in docs]
+    for before, after in zip(docs, loaded):
+        numpy.testing.assert_allclose(after.spans[key].attrs["scores"], before.spans[key].attrs["scores"], atol=1e-6)
