@@ -20,6 +20,7 @@ from wasabi import msg
 from . import convert as converters
 from . import error_analysis, stats
 from .corpus import with_sentence_starts
+from .gold import unknown_labels_note
 
 SENTENCE_STARTS_HELP = "Give each doc the data's sentence starts, as a senter would (documents read whole)"
 HELP = """FOFE-NER commands: convert corpora, tune decoding, evaluate with level
@@ -156,6 +157,9 @@ def evaluate_cli(
     examples = Corpus(data_path)(nlp)
     scores = nlp.evaluate(with_sentence_starts(examples) if sentence_starts else examples, scorer=scorer)
     examples = scorer.examples
+    note = unknown_labels_note(examples, key, nlp.get_pipe(component).labels)
+    if note:
+        msg.warn(note)
     prefix = f"spans_{key}"
     results = {name: scores.get(f"{prefix}_{metric}") for name, metric in
                (("SPAN P", "p"), ("SPAN R", "r"), ("SPAN F", "f"))}

@@ -3,7 +3,7 @@ initialize reports about them. Used by the component, the scorer and the tuner."
 
 import warnings
 from collections import Counter
-from typing import Dict, List, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from spacy.tokens import Doc, Span
 from spacy.training import Example
@@ -18,6 +18,21 @@ def gold_spans(doc: Doc, spans_key: str):
     `spacy convert` (gold in doc.ents) trains and scores without extra settings.
     """
     return doc.spans[spans_key] if spans_key in doc.spans else doc.ents
+
+
+def unknown_labels_note(examples: Iterable[Example], spans_key: str, labels: Iterable[str]) -> Optional[str]:
+    """A sentence on the gold spans whose label the model does not predict, or None when there are none.
+
+    Such spans can only count as missed: with another label set (e.g. PERSON for PER) the
+    scores drop for a reason no figure shows, so tune and evaluate say it.
+    """
+    known = set(labels)
+    unknown = Counter(s.label_ for eg in examples for s in gold_spans(eg.reference, spans_key) if s.label_ not in known)
+    if not unknown:
+        return None
+    per_label = ", ".join(f"{label}: {n}" for label, n in unknown.most_common())
+    return (f"{sum(unknown.values())} gold spans have labels the model does not predict ({per_label}); they count "
+            f"as missed. The model's labels: {', '.join(sorted(known))}.")
 
 
 def same_tokens(a: Doc, b: Doc) -> bool:

@@ -14,7 +14,7 @@ from spacy.training import Corpus, Example
 
 from .decoding import ALGORITHMS, Candidate, Level, decode, levels_from
 from .corpus import with_sentence_starts
-from .gold import gold_spans, same_tokens
+from .gold import gold_spans, same_tokens, unknown_labels_note
 from .scoring import span_levels
 
 GRID = [round(0.05 * i, 2) for i in range(2, 20)]  # 0.10 .. 0.95
@@ -171,6 +171,9 @@ def tune_pipeline(model: Path, dev: Path, output: Path, component: str = "fofe_n
     if not any(gold):
         raise ValueError(f"{dev} has no gold spans under doc.spans[{ner.key!r}] or doc.ents, so there is nothing "
                          f"to tune against; nothing was written. Check the file and the component's spans_key.")
+    note = unknown_labels_note(examples, ner.key, ner.labels)
+    if note:
+        log(f"Warning: {note}")
     held = set(random.Random(0).sample(range(len(examples)), round(holdout * len(examples))))
     tuned_on = [i for i in range(len(examples)) if i not in held]
     if not tuned_on or not any(gold[i] for i in tuned_on):

@@ -78,6 +78,8 @@ def test_evaluate_prints_levels_writes_scores_and_the_error_page(trained, tmp_pa
                  "--html", tmp_path / "out" / "errors.html")
     assert result.exit_code == 0, result.output
     assert "Levels" in result.output and "strict" in result.output
+    output = " ".join(result.output.split())
+    assert "1 gold spans have labels the model does not predict (MISC: 1); they count as missed" in output
     scores = json.loads((tmp_path / "out" / "scores.json").read_text())
     assert scores["spans_sc_r"] == pytest.approx(5 / 6) and scores["spans_sc_p"] == 1.0
     assert {"spans_sc_outer_f", "spans_sc_inner_f", "spans_sc_strict_f"} <= set(scores)
@@ -106,6 +108,17 @@ def test_tune_reports_progress_and_the_held_out_gain(trained, tmp_path):
     assert "[1/" in result.output and "outer level: algorithm x threshold" in result.output
     assert "on 15 docs" in result.output and "held-out dev (5 docs, not searched on)" in result.output
     assert (tmp_path / "tuned" / "fofe_ner" / "cfg").exists()
+    assert "does not predict" not in result.output  # dev has only the model's labels
+
+
+def test_tune_says_when_dev_has_labels_the_model_does_not_predict(trained, tmp_path):
+    trained.to_disk(tmp_path / "model")
+    data = NESTED + [("Ann Lee speaks German .", [(0, 2, "PER"), (3, 4, "LANGUAGE")])]
+    result = run("tune", tmp_path / "model", gold_file(trained, tmp_path / "dev.spacy", data), tmp_path / "tuned")
+    assert result.exit_code == 0, result.output
+    output = " ".join(result.output.split())
+    assert "1 gold spans have labels the model does not predict (LANGUAGE: 1)" in output
+    assert "The model's labels: LOC, ORG, PER." in output
 
 
 @pytest.mark.parametrize("holdout,message", [("1.5", "holdout is the share"), ("0.99", "leaves no gold spans")])
