@@ -155,7 +155,10 @@ def evaluate_cli(
     key = nlp.get_pipe(component).key
     scorer = _KeepingScorer(nlp=nlp)
     examples = Corpus(data_path)(nlp)
-    scores = nlp.evaluate(with_sentence_starts(examples) if sentence_starts else examples, scorer=scorer)
+    try:  # spaCy's reader says what is wrong with a file that is not a DocBin
+        scores = nlp.evaluate(with_sentence_starts(examples) if sentence_starts else examples, scorer=scorer)
+    except ValueError as err:
+        _fail(err)
     examples = scorer.examples
     note = unknown_labels_note(examples, key, nlp.get_pipe(component).labels)
     if note:
@@ -220,9 +223,12 @@ def stats_cli(
 ):
     """Gold span statistics, as `spacy debug data` gives for ner: spans per label and
     nesting level, crossing spans, lengths against max_length, and train/dev overlap."""
-    corpora = {"train": stats.corpus_stats(train_path, spans_key)}
-    if dev_path is not None:
-        corpora["dev"] = stats.corpus_stats(dev_path, spans_key)
+    try:
+        corpora = {"train": stats.corpus_stats(train_path, spans_key)}
+        if dev_path is not None:
+            corpora["dev"] = stats.corpus_stats(dev_path, spans_key)
+    except ValueError as err:  # spaCy's DocBin says what is wrong with a file that is not one
+        _fail(err)
     for name, corpus in corpora.items():
         msg.divider(f"{name}: {corpus.docs} docs, {corpus.tokens} tokens, {corpus.spans} spans")
         rows, header = stats.label_table(corpus)

@@ -121,6 +121,19 @@ def test_tune_says_when_dev_has_labels_the_model_does_not_predict(trained, tmp_p
     assert "The model's labels: LOC, ORG, PER." in output
 
 
+def test_evaluate_tune_and_stats_say_when_the_data_is_not_a_docbin(trained, tmp_path):
+    trained.to_disk(tmp_path / "model")
+    (tmp_path / "dev.spacy").write_text("token\tB-PER\n")
+    for command in (["evaluate", tmp_path / "model", tmp_path / "dev.spacy", "--output", tmp_path / "out.json"],
+                    ["tune", tmp_path / "model", tmp_path / "dev.spacy", tmp_path / "out"],
+                    ["stats", tmp_path / "dev.spacy"]):
+        result = run(*command)
+        output = " ".join(result.output.split())
+        assert result.exit_code == 1 and "doesn't look like the data is in DocBin (.spacy) format" in output
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.json").exists()
+
+
 @pytest.mark.parametrize("holdout,message", [("1.5", "holdout is the share"), ("0.99", "leaves no gold spans")])
 def test_tune_with_a_bad_holdout_is_an_error_and_writes_nothing(trained, tmp_path, holdout, message):
     trained.to_disk(tmp_path / "model")
