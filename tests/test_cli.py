@@ -96,7 +96,8 @@ def test_evaluate_and_tune_name_a_missing_component(trained, tmp_path):
     gold = gold_file(trained, tmp_path / "dev.spacy", NESTED)
     for command in (["evaluate", tmp_path / "model", gold], ["tune", tmp_path / "model", gold, tmp_path / "out"]):
         result = run(*command, "--component", "ner")
-        assert result.exit_code == 1 and "has no component 'ner'" in result.output
+        # wasabi wraps the message at 80 columns, wherever the tmp path's length puts the break
+        assert result.exit_code == 1 and "has no component 'ner'" in " ".join(result.output.split())
     assert not (tmp_path / "out").exists()
 
 
