@@ -152,7 +152,8 @@ def evaluate_cli(
     nlp = spacy.load(model)
     if component not in nlp.pipe_names:
         _fail(ValueError(f"{model} has no component {component!r}; its components: {nlp.pipe_names}"))
-    key = nlp.get_pipe(component).key
+    ner = nlp.get_pipe(component)
+    key = ner.key
     scorer = _KeepingScorer(nlp=nlp)
     examples = Corpus(data_path)(nlp)
     try:  # spaCy's reader says what is wrong with a file that is not a DocBin
@@ -160,7 +161,7 @@ def evaluate_cli(
     except ValueError as err:
         _fail(err)
     examples = scorer.examples
-    note = unknown_labels_note(examples, key, nlp.get_pipe(component).labels)
+    note = unknown_labels_note(examples, key, ner.labels)
     if note:
         msg.warn(note)
     prefix = f"spans_{key}"

@@ -22,6 +22,12 @@ def run(*args):
     return CliRunner().invoke(fofe_cli, [str(a) for a in args])
 
 
+def said(result) -> str:
+    """The command's output with its words joined by one space: wasabi wraps messages at 80
+    columns, wherever the tmp path's length puts the break."""
+    return " ".join(result.output.split())
+
+
 def gold_file(nlp, path, data):
     DocBin(docs=[eg.reference for eg in make_examples(nlp, data)]).to_disk(path)
     return path
@@ -78,8 +84,7 @@ def test_evaluate_prints_levels_writes_scores_and_the_error_page(trained, tmp_pa
                  "--html", tmp_path / "out" / "errors.html")
     assert result.exit_code == 0, result.output
     assert "Levels" in result.output and "strict" in result.output
-    output = " ".join(result.output.split())
-    assert "1 gold spans have labels the model does not predict (MISC: 1); they count as missed" in output
+    assert "1 gold spans have labels the model does not predict (MISC: 1); they count as missed" in said(result)
     scores = json.loads((tmp_path / "out" / "scores.json").read_text())
     assert scores["spans_sc_r"] == pytest.approx(5 / 6) and scores["spans_sc_p"] == 1.0
     assert {"spans_sc_outer_f", "spans_sc_inner_f", "spans_sc_strict_f"} <= set(scores)
@@ -96,8 +101,7 @@ def test_evaluate_and_tune_name_a_missing_component(trained, tmp_path):
     gold = gold_file(trained, tmp_path / "dev.spacy", NESTED)
     for command in (["evaluate", tmp_path / "model", gold], ["tune", tmp_path / "model", gold, tmp_path / "out"]):
         result = run(*command, "--component", "ner")
-        # wasabi wraps the message at 80 columns, wherever the tmp path's length puts the break
-        assert result.exit_code == 1 and "has no component 'ner'" in " ".join(result.output.split())
+        assert result.exit_code == 1 and "has no component 'ner'" in said(result)
     assert not (tmp_path / "out").exists()
 
 
@@ -117,9 +121,8 @@ def test_tune_says_when_dev_has_labels_the_model_does_not_predict(trained, tmp_p
     data = NESTED + [("Ann Lee speaks German .", [(0, 2, "PER"), (3, 4, "LANGUAGE")])]
     result = run("tune", tmp_path / "model", gold_file(trained, tmp_path / "dev.spacy", data), tmp_path / "tuned")
     assert result.exit_code == 0, result.output
-    output = " ".join(result.output.split())
-    assert "1 gold spans have labels the model does not predict (LANGUAGE: 1)" in output
-    assert "The model's labels: LOC, ORG, PER." in output
+    assert "1 gold spans have labels the model does not predict (LANGUAGE: 1)" in said(result)
+    assert "The model's labels: LOC, ORG, PER." in said(result)
 
 
 def test_evaluate_tune_and_stats_say_when_the_data_is_not_a_docbin(trained, tmp_path):
@@ -129,8 +132,7 @@ def test_evaluate_tune_and_stats_say_when_the_data_is_not_a_docbin(trained, tmp_
                     ["tune", tmp_path / "model", tmp_path / "dev.spacy", tmp_path / "out"],
                     ["stats", tmp_path / "dev.spacy"]):
         result = run(*command)
-        output = " ".join(result.output.split())
-        assert result.exit_code == 1 and "doesn't look like the data is in DocBin (.spacy) format" in output
+        assert result.exit_code == 1 and "doesn't look like the data is in DocBin (.spacy) format" in said(result)
         assert result.exception is None or isinstance(result.exception, SystemExit)
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.json").exists()
 
@@ -140,7 +142,7 @@ def test_tune_with_a_bad_holdout_is_an_error_and_writes_nothing(trained, tmp_pat
     trained.to_disk(tmp_path / "model")
     gold = gold_file(trained, tmp_path / "dev.spacy", NESTED[:2])
     result = run("tune", tmp_path / "model", gold, tmp_path / "tuned", "--holdout", holdout)
-    assert result.exit_code == 1 and message in " ".join(result.output.split())
+    assert result.exit_code == 1 and message in said(result)
     assert not (tmp_path / "tuned").exists()
 
 
