@@ -24,6 +24,7 @@ def test_the_configs_folder_is_found():
 # config (where they have it), so a change made to one cannot silently miss the others.
 PER_USE = {
     "nlp.lang": "the corpus's language",
+    "paths.transformer": "a pretrained model of that language",
     "components.fofe_ner.model.tok2vec": "the embedding is what differs between the uses",
     "components.fofe_ner.model.hidden_width": "the scorer's width is the main speed knob (see their comments)",
     "components.fofe_ner.model.dropout": "GermEval regularises with word dropout and weight decay instead",
