@@ -6,8 +6,9 @@ a rerun skips the shards that have one, and a task retried after its worker died
 from scratch and leaves nothing behind. Each worker process loads the pipeline once.
 
 Shards: JSON lines with a "text" field (and optionally "id"), plain text with one document
-per line (.txt), or .spacy files. A bad record (invalid JSON, no "text", an empty line) goes
-to the shard's rejects file with its line number and never stops the run.
+per line (.txt), or .spacy files, UTF-8. A bad record (invalid JSON, no "text", an empty line,
+bytes that are not UTF-8) goes to the shard's rejects file with its line number and never stops
+the run.
 """
 
 import glob
@@ -20,6 +21,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple, Union
+
+from .text_files import text_lines
 
 SHARD_SUFFIXES = (".jsonl", ".txt", ".spacy")
 FORMATS = ("jsonl", "spacy")
@@ -255,14 +258,12 @@ def read_shard(path: Path, nlp) -> Tuple[Iterator[Tuple[str, str]], List[dict]]:
             for i, doc in enumerate(DocBin().from_disk(path).get_docs(nlp.vocab)):
                 yield str(doc.user_data.get("id", f"{path.name}:{i}")), doc.text
             return
-        with path.open(encoding="utf8", errors="replace") as file:
-            for number, line in enumerate(file, 1):
-                line = line.rstrip("\n").rstrip("\r")
-                reason, record = _parse(line, path.suffix)
-                if reason is not None:
-                    rejects.append({"shard": path.name, "line": number, "reason": reason, "record": line})
-                else:
-                    yield str(record.get("id", f"{path.name}:{number}")), record["text"]
+        for number, line, not_utf8 in text_lines(path):
+            reason, record = (not_utf8, None) if not_utf8 else _parse(line, path.suffix)
+            if reason is not None:
+                rejects.append({"shard": path.name, "line": number, "reason": reason, "record": line})
+            else:
+                yield str(record.get("id", f"{path.name}:{number}")), record["text"]
 
     return records(), rejects
 

@@ -23,6 +23,7 @@ from spacy.util import filter_spans
 from spacy.vocab import Vocab
 
 from .span_geometry import bounds_of, nested_flags
+from .text_files import utf8_lines
 
 SpanTuple = Tuple[int, int, str]
 
@@ -162,29 +163,27 @@ def read_columns(
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    with path.open(encoding="utf8") as file:
-        for number, line in enumerate(file, 1):
-            line = line.rstrip("\n").rstrip("\r")
-            if not line.strip():
-                if words:
-                    yield flush()
-                    words, rows, line_numbers, doc_start = [], [], [], False
-                continue
-            cells = line.split(separator) if separator else line.split()
-            if line.startswith("#") and not _has_tags(cells, tag_columns):
-                continue  # a comment; a token "#" with valid tags is kept
-            if len(cells) <= max(max(tag_columns), token_column, -min(min(tag_columns), token_column) - 1):
-                raise ValueError(f"{path}: line {line!r} has {len(cells)} columns; expected the token in "
-                                 f"column {token_column} and tags in columns {list(tag_columns)}")
-            if cells[token_column] == "-DOCSTART-":
-                if words:  # a sentence with no blank line before the marker ends there
-                    yield flush()
-                    words, rows, line_numbers = [], [], []
-                doc_start = True
-                continue
-            words.append(cells[token_column])
-            rows.append(cells)
-            line_numbers.append(number)
+    for number, line in utf8_lines(path):
+        if not line.strip():
+            if words:
+                yield flush()
+                words, rows, line_numbers, doc_start = [], [], [], False
+            continue
+        cells = line.split(separator) if separator else line.split()
+        if line.startswith("#") and not _has_tags(cells, tag_columns):
+            continue  # a comment; a token "#" with valid tags is kept
+        if len(cells) <= max(max(tag_columns), token_column, -min(min(tag_columns), token_column) - 1):
+            raise ValueError(f"{path}:{number}: line {line!r} has {len(cells)} columns; expected the token in "
+                             f"column {token_column} and tags in columns {list(tag_columns)}")
+        if cells[token_column] == "-DOCSTART-":
+            if words:  # a sentence with no blank line before the marker ends there
+                yield flush()
+                words, rows, line_numbers = [], [], []
+            doc_start = True
+            continue
+        words.append(cells[token_column])
+        rows.append(cells)
+        line_numbers.append(number)
     if words:
         yield flush()
     if entity_tags == 0:
@@ -259,10 +258,9 @@ def read_jsonl(path: Path, tokenizer: Optional[Callable[[str], Doc]] = None) -> 
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
     vocab = tokenizer.vocab if tokenizer is not None and hasattr(tokenizer, "vocab") else Vocab()
-    with path.open(encoding="utf8") as file:
-        for number, line in enumerate(file, 1):
-            if line.strip():
-                yield _jsonl_record(line, f"{path}:{number}", tokenizer, vocab)
+    for number, line in utf8_lines(path):
+        if line.strip():
+            yield _jsonl_record(line, f"{path}:{number}", tokenizer, vocab)
 
 
 def _jsonl_record(line: str, where: str, tokenizer, vocab: Vocab) -> Record:

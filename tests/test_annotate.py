@@ -104,6 +104,22 @@ def test_spacy_output_and_plain_text_shards(trained, saved, tmp_path):
     assert docs[0].spans["sc"].attrs["depths"] == expected.spans["sc"].attrs["depths"]
 
 
+def test_a_byte_order_mark_is_dropped_and_a_line_that_is_not_utf8_is_rejected(trained, saved, tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "mixed.txt").write_bytes(b"\xef\xbb\xbfAnn Lee lives in Toronto .\r\nM\xfcller visited Paris .\r\n"
+                                       b"Bob visited Paris .\r\n")
+    summary = annotate(saved, folder, tmp_path / "out", workers=1, progress=False)
+    assert (summary.docs, summary.rejects) == (2, 1)
+    got = [json.loads(line) for line in (tmp_path / "out" / "mixed.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in got] == ["mixed.txt:1", "mixed.txt:3"]
+    assert [r["spans"] for r in got] == [doc_record(trained(text), "", "sc")["spans"]
+                                         for text in ("Ann Lee lives in Toronto .", "Bob visited Paris .")]
+    rejects = [json.loads(line) for line in (tmp_path / "out" / "mixed.rejects.jsonl").read_text().splitlines()]
+    assert [(r["line"], r["reason"], r["record"]) for r in rejects] == [
+        (2, "not UTF-8 text (byte 0xfc at character 2)", "M\ufffdller visited Paris .")]
+
+
 def test_no_shards_clashing_names_and_output_among_the_inputs_are_errors(saved, tmp_path):
     with pytest.raises(ValueError, match="no shards"):
         find_shards(tmp_path)

@@ -96,6 +96,31 @@ def test_jsonl_round_trip_and_cli(tmp_path):
     assert docs == [(["Bank", "of", "Paris"], [(0, 3, "ORG"), (2, 3, "LOC")], []), (["x"], [], [])]
 
 
+def test_byte_order_mark_and_windows_line_ends_are_not_read_as_text(tmp_path):
+    columns = tmp_path / "bom.tsv"
+    columns.write_bytes(b"\xef\xbb\xbfEU\tB-ORG\r\nrejects\tO\r\n\r\nPeter\tB-PER\r\nBlackburn\tI-PER\r\n")
+    convert(read_columns(columns, 0, [1], "iob2", "\t"), tmp_path / "c.spacy")
+    assert read_back(tmp_path / "c.spacy") == [(["EU", "rejects"], [(0, 1, "ORG")], [(0, 1, "ORG")]),
+                                               (["Peter", "Blackburn"], [(0, 2, "PER")], [(0, 2, "PER")])]
+    lines = tmp_path / "bom.jsonl"
+    lines.write_bytes(b"\xef\xbb\xbf" + json.dumps({"tokens": ["Paris"], "spans": [[0, 1, "LOC"]]}).encode() + b"\r\n")
+    assert [(r.words, r.levels) for r in read_jsonl(lines)] == [(["Paris"], [[(0, 1, "LOC")]])]
+
+
+@pytest.mark.parametrize("name,content", [
+    ("latin1.tsv", b"Ann\tB-PER\n\nM\xfcller\tB-PER\n"),
+    ("latin1.jsonl", b'{"tokens": ["a"]}\n\n{"tokens": ["M\xfcller"]}\n'),
+])
+def test_a_file_that_is_not_utf8_is_an_error_naming_the_line_and_byte(tmp_path, name, content):
+    source = tmp_path / name
+    source.write_bytes(content)
+    fmt = "jsonl" if name.endswith("jsonl") else "columns"
+    result = run("convert", source, tmp_path / "out.spacy", "--format", fmt, "--tag-columns", "1")
+    assert result.exit_code == 1
+    assert f"{name}:3: not UTF-8 text (byte 0xfc at character" in " ".join(result.output.split()), result.output
+    assert not (tmp_path / "out.spacy").exists()
+
+
 def test_jsonl_span_outside_the_tokens_is_rejected(tmp_path):
     source = tmp_path / "bad.jsonl"
     source.write_text(json.dumps({"tokens": ["a"], "spans": [[0, 2, "X"]]}), encoding="utf8")
