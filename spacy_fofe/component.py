@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 import numpy
 import srsly
 from spacy import util
+from spacy.attrs import IS_SPACE
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc, Span, SpanGroup
@@ -24,7 +25,7 @@ from thinc.types import Floats2d
 
 from .decoding import Candidate, Level, decode, levels_from
 from .distill import Teacher, soft_targets
-from .fragments import enumerate_fragments, fragment_targets, sample_fragments, within_sentences
+from .fragments import edge_flagged, enumerate_fragments, fragment_targets, sample_fragments, within_sentences
 from .gold import GoldStats, aligned_gold, gold_spans
 from .model import context_tokens, is_v1_layout, members, read_v1_weights, stops_at_sentences
 from .position_codes import sentence_start_flags
@@ -118,8 +119,6 @@ class FOFENER(TrainablePipe):
         self.name = name
         self.scorer = scorer
         self.cfg: Cfg = Cfg(name, **settings)
-        # NumPy's global generator: spaCy's fix_random_seed ([system] seed) seeds it.
-        self._rng = numpy.random
         self._warned_labels: set = set()
         # Set by initialize(teacher=...) for training only; never saved.
         self._teacher: Optional[Teacher] = None
@@ -210,7 +209,7 @@ class FOFENER(TrainablePipe):
         docs = list(docs)
         fragments, scores = predictions
         levels = self.levels()
-        for doc, candidates in zip(docs, self.candidates(len(docs), fragments, scores, levels)):
+        for doc, candidates in zip(docs, self.candidates(docs, fragments, scores, levels)):
             decoded = decode(candidates, levels)
             spans = [Span(doc, c.start, c.end, label=c.label) for c, _ in decoded]
             doc.spans[self.key] = SpanGroup(
@@ -233,19 +232,23 @@ class FOFENER(TrainablePipe):
         return levels_from(self.cfg)
 
     def candidates(
-        self, n_docs: int, fragments: numpy.ndarray, scores: Floats2d, levels: List[Level]
+        self, docs: List[Doc], fragments: numpy.ndarray, scores: Floats2d, levels: List[Level]
     ) -> List[List[Candidate]]:
-        """Per doc, the fragments whose best label (NONE aside) could pass some level's threshold.
+        """Per doc, the fragments whose best label (NONE aside) could pass some level's threshold,
+        except those that start or end on a whitespace token (as spaCy's ner, no entity does).
 
         The selection is array work; Python objects are made only for the candidates.
         """
+        n_docs = len(docs)
         if len(fragments) == 0:
             return [[] for _ in range(n_docs)]
         scores = numpy.asarray(scores)
         best = scores[:, 1:].argmax(axis=1)
         best_score = scores[numpy.arange(len(scores)), best + 1]
         lowest = min([lv.threshold for lv in levels] + [t for lv in levels for t in lv.label_thresholds.values()])
-        keep = numpy.flatnonzero(best_score >= lowest)
+        space = numpy.concatenate([doc.to_array(IS_SPACE).reshape(-1) for doc in docs])
+        on_space = edge_flagged(fragments, [len(doc) for doc in docs], space)
+        keep = numpy.flatnonzero((best_score >= lowest) & ~on_space)
         starts, ends = fragments[keep, 1].tolist(), fragments[keep, 2].tolist()
         labels = numpy.asarray(self.labels, dtype=object)[best[keep]].tolist()
         all_candidates = list(map(Candidate, starts, ends, labels, best_score[keep].tolist()))
@@ -326,7 +329,8 @@ class FOFENER(TrainablePipe):
         docs = [eg.predicted for eg in examples]
         fragments = self._fragments(docs)
         labels, kinds = self._targets(examples, fragments)
-        keep = sample_fragments(kinds, self.cfg["overlap_rate"], self.cfg["disjoint_rate"], self._rng)
+        # NumPy's global generator: spaCy's fix_random_seed ([system] seed) seeds it.
+        keep = sample_fragments(kinds, self.cfg["overlap_rate"], self.cfg["disjoint_rate"], numpy.random)
         if len(keep) == 0:
             return losses
         set_dropout_rate(self.model, drop)

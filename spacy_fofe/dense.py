@@ -8,6 +8,7 @@ the same names on that math: the same node names, dims, params and attrs, so pip
 with thinc's load.
 """
 
+from functools import partial
 from typing import Callable, Optional, Tuple
 
 import numpy
@@ -116,13 +117,17 @@ def _maxout_forward(model: Model, X: Floats2d, is_train: bool) -> Tuple[Floats2d
 
 
 def _init(init_W: Callable, pieces: bool = False) -> Callable:
-    def init(model: Model, X: Optional[Floats2d] = None, Y: Optional[Floats2d] = None) -> None:
-        if X is not None and model.has_dim("nI") is None:
-            model.set_dim("nI", get_width(X))
-        if Y is not None and model.has_dim("nO") is None:
-            model.set_dim("nO", get_width(Y))
-        shape = (model.get_dim("nO"),) + ((model.get_dim("nP"),) if pieces else ())
-        model.set_param("W", init_W(model.ops, shape + (model.get_dim("nI"),)))
-        model.set_param("b", zero_init(model.ops, shape))
+    """The layer's init, a partial of a module-level function rather than a closure, so the model
+    pickles (spaCy pickles pipelines for `nlp.pipe(n_process=...)` where processes are spawned)."""
+    return partial(_init_affine, init_W, pieces)
 
-    return init
+
+def _init_affine(init_W: Callable, pieces: bool, model: Model, X: Optional[Floats2d] = None,
+                 Y: Optional[Floats2d] = None) -> None:
+    if X is not None and model.has_dim("nI") is None:
+        model.set_dim("nI", get_width(X))
+    if Y is not None and model.has_dim("nO") is None:
+        model.set_dim("nO", get_width(Y))
+    shape = (model.get_dim("nO"),) + ((model.get_dim("nP"),) if pieces else ())
+    model.set_param("W", init_W(model.ops, shape + (model.get_dim("nI"),)))
+    model.set_param("b", zero_init(model.ops, shape))

@@ -38,6 +38,17 @@ def within_sentences(fragments: numpy.ndarray, lengths: Sequence[int], sent_star
     return fragments[starts_before[flat_end] - starts_before[flat_start + 1] == 0]
 
 
+def edge_flagged(fragments: numpy.ndarray, lengths: Sequence[int], flags: numpy.ndarray) -> numpy.ndarray:
+    """A mask of the fragments whose first or last token is flagged; `flags` has a flag per token
+    of all docs, doc after doc (e.g. whitespace tokens, which never start or end an entity)."""
+    if len(fragments) == 0:
+        return numpy.zeros(0, dtype=bool)
+    flags = numpy.asarray(flags, dtype=bool)
+    offsets = numpy.cumsum(lengths) - numpy.asarray(lengths)
+    first = offsets[fragments[:, 0]] + fragments[:, 1]
+    return flags[first] | flags[first + (fragments[:, 2] - fragments[:, 1]) - 1]
+
+
 def fragment_targets(
     fragments: numpy.ndarray, gold: List[List[Tuple[int, int, int]]], ignored: List[List[Tuple[int, int]]] = None
 ) -> Tuple[numpy.ndarray, numpy.ndarray]:

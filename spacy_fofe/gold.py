@@ -57,7 +57,7 @@ class GoldStats:
         self.max_length = max_length
         self.labels: set = set()
         self.too_long: Counter = Counter()
-        self.nested = self.crossing = self.duplicates = self.multi_label = self.misaligned = 0
+        self.nested = self.crossing = self.duplicates = self.multi_label = self.misaligned = self.on_space = 0
 
     def add(self, eg: Example, aligned: List[Span], original) -> None:
         self.misaligned += len(original) - len(aligned)
@@ -66,6 +66,8 @@ class GoldStats:
             self.labels.add(span.label_)
             if len(span) > self.max_length:
                 self.too_long[span.label_] += 1
+            if len(span) and (span[0].is_space or span[-1].is_space):
+                self.on_space += 1
             key = (span.start, span.end)
             if key in seen:
                 if seen[key] == span.label_:
@@ -96,6 +98,8 @@ class GoldStats:
             (self.duplicates, "gold spans are duplicates; they count once"),
             (self.multi_label, "gold spans repeat an earlier span with another label; the first label is used"),
             (self.misaligned, "gold spans do not align with the predicted tokenization and are skipped"),
+            (self.on_space, "gold spans start or end on a whitespace token; they are trained, but no prediction "
+                            "starts or ends on whitespace (as with spaCy's ner): trim them"),
         ]
         for count, what in notes:
             if count:

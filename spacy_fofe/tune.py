@@ -159,7 +159,7 @@ def tune_pipeline(model: Path, dev: Path, output: Path, component: str = "fofe_n
                 break
             docs = list(proc.pipe(docs))
         fragments, scores = ner.predict(docs)
-        batch_candidates = ner.candidates(len(docs), fragments, scores, [lowest])
+        batch_candidates = ner.candidates(docs, fragments, scores, [lowest])
         candidates.extend(batch_candidates)
         maps.extend(reference_map(eg, cands) for eg, cands in zip(batch, batch_candidates))
         if strict:

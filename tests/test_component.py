@@ -1,5 +1,6 @@
 """The fofe_ner component through spaCy's public entry points."""
 
+import pickle
 import subprocess
 import sys
 import warnings
@@ -90,6 +91,29 @@ def test_very_long_doc_and_long_token(trained):
     assert sum(1 for s in doc.spans["sc"] if s.label_ == "PER") >= 3000
     doc = trained("x" * 10000 + " Toronto")
     assert len(doc) == 2 and "sc" in doc.spans
+
+
+def test_no_span_starts_or_ends_on_a_whitespace_token(trained):
+    ner = trained.get_pipe("fofe_ner")
+    doc = trained.make_doc("Ann   Lee \n\n lives in  Toronto .")
+    assert [t.i for t in doc if t.is_space] == [1, 3, 6]
+    ner.cfg["threshold"] = 0.0  # every fragment is a candidate unless its edges rule it out
+    try:
+        spans = [(c.start, c.end) for c in ner.candidates([doc], *ner.predict([doc]), ner.levels())[0]]
+    finally:
+        ner.cfg["threshold"] = 0.5
+    allowed = [(s, e) for s in range(len(doc)) for e in range(s + 1, min(s + 7, len(doc)) + 1)
+               if not doc[s].is_space and not doc[e - 1].is_space]
+    assert sorted(spans) == allowed  # inner whitespace is fine ("Ann   Lee")
+    assert all(not s[0].is_space and not s[-1].is_space for s in trained(doc).spans["sc"])
+
+
+def test_a_pickled_pipeline_predicts_the_same(trained):
+    texts = [text for text, _ in NESTED]
+    copy = pickle.loads(pickle.dumps(trained))  # what nlp.pipe(n_process=...) does with spawned processes
+    for text in texts:
+        assert predicted(copy(text)) == predicted(trained(text))
+        numpy.testing.assert_allclose(copy(text).spans["sc"].attrs["scores"], trained(text).spans["sc"].attrs["scores"])
 
 
 def test_long_docs_are_scored_in_windows_with_the_scores_of_the_whole_doc(trained, monkeypatch):
@@ -221,13 +245,14 @@ def test_editing_cfg_checks_the_new_value_and_keeps_the_old_one(trained):
 def test_initialize_warns_about_gold_it_cannot_learn():
     nlp = spacy.blank("en")
     nlp.add_pipe("fofe_ner", config={"model": SMALL_MODEL, "max_length": 2})
-    data = [("a b c d e", [(0, 3, "X"), (2, 4, "Y"), (2, 4, "Y")]), ("f g", [(0, 1, "X")])]
+    data = [("a b c d e", [(0, 3, "X"), (2, 4, "Y"), (2, 4, "Y")]), ("f g", [(0, 1, "X")]), ("h  i", [(0, 2, "X")])]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         nlp.initialize(lambda: make_examples(nlp, data))
     messages = " ".join(str(w.message) for w in caught)
     assert "1 gold spans are longer than max_length=2" in messages and "X: 1" in messages
     assert "cross each other" in messages and "duplicates" in messages
+    assert "1 gold spans start or end on a whitespace token" in messages
 
 
 def test_unknown_label_at_update_is_warned_and_left_out():

@@ -1,5 +1,6 @@
 """Every config in configs/ builds, initializes and overfits a few docs, as `spacy train` would run it."""
 
+import pickle
 from pathlib import Path
 
 import numpy
@@ -134,3 +135,6 @@ def test_config_builds_initializes_and_overfits_a_few_docs(path, tmp_path):
     assert [predicted(doc, key) for doc in loaded] == [predicted(doc, key) for doc in docs]
     for before, after in zip(docs, loaded):
         numpy.testing.assert_allclose(after.spans[key].attrs["scores"], before.spans[key].attrs["scores"], atol=1e-6)
+    # Pickled, as nlp.pipe(n_process=...) sends the pipeline to spawned processes (macOS, Windows).
+    unpickled = pickle.loads(pickle.dumps(reloaded))
+    assert [predicted(unpickled(text), key) for text, _ in data] == [predicted(doc, key) for doc in docs]

@@ -7,6 +7,7 @@ from spacy_fofe.fragments import (
     EXACT,
     IGNORED,
     OVERLAP,
+    edge_flagged,
     enumerate_fragments,
     fragment_targets,
     sample_fragments,
@@ -63,3 +64,15 @@ def test_within_sentences_drops_exactly_the_fragments_that_cross_a_sentence_star
     expected = [f for f in fragments.tolist() if not (f[0] == 0 and f[1] < 2 < f[2])]
     assert kept.tolist() == expected
     assert within_sentences(fragments[:0], lengths, flags).shape == (0, 3)
+
+
+def test_edge_flagged_marks_the_fragments_whose_first_or_last_token_is_flagged():
+    lengths = [4, 0, 3]
+    flags = numpy.asarray([0, 1, 0, 0, 1, 0, 0], dtype=bool)  # doc 0: token 1; doc 2: token 0
+    fragments = enumerate_fragments(lengths, 3)
+    offsets = {0: 0, 2: 4}
+    expected = [bool(flags[offsets[d] + s] or flags[offsets[d] + e - 1]) for d, s, e in fragments.tolist()]
+    assert edge_flagged(fragments, lengths, flags).tolist() == expected
+    flagged = [tuple(f) for f, e in zip(fragments.tolist(), expected) if e]
+    assert flagged == [(0, 0, 2), (0, 1, 2), (0, 1, 3), (0, 1, 4), (2, 0, 1), (2, 0, 2), (2, 0, 3)]
+    assert edge_flagged(fragments[:0], lengths, flags).shape == (0,)
