@@ -54,10 +54,11 @@ def fragment_targets(
 ) -> Tuple[numpy.ndarray, numpy.ndarray]:
     """Label id (0 = NONE) and kind (EXACT, OVERLAP, DISJOINT, IGNORED) of every fragment.
 
-    A fragment equal to a gold span takes its label; one that shares a token with a gold
-    span (or with an `ignored` span, e.g. one of an unknown label) is OVERLAP, the rest
-    DISJOINT. A fragment equal to an ignored span is IGNORED: it is neither trained as an
-    entity nor as NONE.
+    A fragment equal to a gold span takes its label (the first one given, if a span is given
+    twice); one that shares a token with a gold span (or with an `ignored` span, e.g. one of an
+    unknown label) is OVERLAP, the rest DISJOINT. A fragment equal to an ignored span is IGNORED:
+    it is neither trained as an entity nor as NONE. Linear in fragments and spans: overlap is read
+    from a count of covered tokens, equality by bisection in the (start, length)-ordered fragments.
     """
     labels = numpy.zeros(len(fragments), dtype="int64")
     kinds = numpy.full(len(fragments), DISJOINT, dtype="int64")
@@ -66,20 +67,43 @@ def fragment_targets(
     doc_bounds = numpy.searchsorted(fragments[:, 0], numpy.arange(len(gold) + 1))
     for doc_index, spans in enumerate(gold):
         lo, hi = doc_bounds[doc_index], doc_bounds[doc_index + 1]
-        extra = ignored[doc_index] if ignored else []
+        extra = list(ignored[doc_index]) if ignored else []
         if lo == hi or not (spans or extra):
             continue
         starts, ends = fragments[lo:hi, 1], fragments[lo:hi, 2]
         doc_labels, doc_kinds = labels[lo:hi], kinds[lo:hi]
-        for start, end, *_ in list(spans) + list(extra):
-            doc_kinds[(starts < end) & (ends > start) & (doc_kinds == DISJOINT)] = OVERLAP
-        for start, end in extra:
-            doc_kinds[(starts == start) & (ends == end)] = IGNORED
-        for start, end, label in spans:
-            exact = (starts == start) & (ends == end)
-            doc_labels[exact & (doc_kinds != EXACT)] = label
-            doc_kinds[exact] = EXACT
+        bounds = numpy.asarray([(start, end) for start, end, *_ in list(spans) + extra], dtype="int64")
+        doc_kinds[_covered_tokens(bounds, int(max(ends.max(), bounds[:, 1].max())), starts, ends)] = OVERLAP
+        width = int((ends - starts).max()) + 1  # fragment keys start * width + length grow with the rows
+        keys = starts * width + (ends - starts)
+        if extra:
+            doc_kinds[_rows_equal_to(keys, width, bounds[len(spans):])] = IGNORED
+        if spans:
+            gold_labels = numpy.asarray([label for _, _, label in spans], dtype="int64")
+            rows, first = _rows_equal_to(keys, width, bounds[:len(spans)], return_first=True)
+            doc_labels[rows] = gold_labels[first]
+            doc_kinds[rows] = EXACT
     return labels, kinds
+
+
+def _covered_tokens(bounds: numpy.ndarray, length: int, starts: numpy.ndarray, ends: numpy.ndarray) -> numpy.ndarray:
+    """Whether each fragment [start, end) shares a token with one of the spans in `bounds`."""
+    change = numpy.zeros(length + 1, dtype="int64")
+    numpy.add.at(change, bounds[:, 0], 1)
+    numpy.add.at(change, bounds[:, 1], -1)
+    covered_before = numpy.concatenate([[0], numpy.cumsum(numpy.cumsum(change)[:length] > 0)])
+    return covered_before[ends] - covered_before[starts] > 0
+
+
+def _rows_equal_to(keys: numpy.ndarray, width: int, bounds: numpy.ndarray, return_first: bool = False):
+    """The rows of the fragments equal to spans in `bounds` (each row once: a span given twice
+    counts once); with return_first, also the index in `bounds` of the first span each row equals."""
+    lengths = bounds[:, 1] - bounds[:, 0]
+    fits = numpy.flatnonzero((lengths > 0) & (lengths < width))
+    span_keys, first = numpy.unique(bounds[fits, 0] * width + lengths[fits], return_index=True)
+    at = numpy.minimum(numpy.searchsorted(keys, span_keys), len(keys) - 1)
+    found = keys[at] == span_keys
+    return (at[found], fits[first[found]]) if return_first else at[found]
 
 
 def sample_fragments(

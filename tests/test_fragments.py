@@ -76,3 +76,34 @@ def test_edge_flagged_marks_the_fragments_whose_first_or_last_token_is_flagged()
     flagged = [tuple(f) for f, e in zip(fragments.tolist(), expected) if e]
     assert flagged == [(0, 0, 2), (0, 1, 2), (0, 1, 3), (0, 1, 4), (2, 0, 1), (2, 0, 2), (2, 0, 3)]
     assert edge_flagged(fragments[:0], lengths, flags).shape == (0,)
+
+
+def naive_targets(fragments, gold, ignored):
+    """fragment_targets by its definition, one fragment at a time."""
+    labels, kinds = [], []
+    for d, s, e in fragments.tolist():
+        same = [label for start, end, label in gold[d] if (start, end) == (s, e)]
+        if same:
+            labels.append(same[0]), kinds.append(EXACT)
+        elif (s, e) in ignored[d]:
+            labels.append(0), kinds.append(IGNORED)
+        else:
+            touching = [1 for start, end, *_ in gold[d] + ignored[d] if start < e and s < end]
+            labels.append(0), kinds.append(OVERLAP if touching else DISJOINT)
+    return labels, kinds
+
+
+def test_targets_equal_their_definition_on_random_docs_with_nested_repeated_and_long_spans():
+    rng = numpy.random.default_rng(7)
+    lengths = rng.integers(0, 30, size=40).tolist()
+    fragments = enumerate_fragments(lengths, 4)
+    gold, ignored = [], []
+    for n in lengths:
+        spans = [(s, min(n, s + int(rng.integers(1, 7))), int(rng.integers(1, 4)))
+                 for s in rng.integers(0, max(n, 1), size=rng.integers(0, 6)).tolist()] if n else []
+        gold.append(spans + spans[:1])  # a span given twice keeps its first label
+        ignored.append([(s, min(n, s + 2)) for s in rng.integers(0, max(n, 1), size=rng.integers(0, 2)).tolist()] if n else [])
+    labels, kinds = fragment_targets(fragments, gold, ignored)
+    expected_labels, expected_kinds = naive_targets(fragments, gold, ignored)
+    assert labels.tolist() == expected_labels and kinds.tolist() == expected_kinds
+    assert {EXACT, OVERLAP, DISJOINT, IGNORED} <= set(kinds.tolist())
