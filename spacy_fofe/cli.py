@@ -13,13 +13,12 @@ import srsly
 import typer
 from spacy.cli._util import Arg, Opt, app, import_code, setup_gpu
 from spacy.scorer import Scorer
-from spacy.training import Corpus
 from thinc.api import fix_random_seed
 from wasabi import msg
 
 from . import convert as converters
 from . import error_analysis, stats
-from .corpus import with_sentence_starts
+from .corpus import read_examples
 from .gold import unknown_labels_note
 
 SENTENCE_STARTS_HELP = "Give each doc the data's sentence starts, as a senter would (documents read whole)"
@@ -155,9 +154,8 @@ def evaluate_cli(
     ner = nlp.get_pipe(component)
     key = ner.key
     scorer = _KeepingScorer(nlp=nlp)
-    examples = Corpus(data_path)(nlp)
     try:  # spaCy's reader says what is wrong with a file that is not a DocBin
-        scores = nlp.evaluate(with_sentence_starts(examples) if sentence_starts else examples, scorer=scorer)
+        scores = nlp.evaluate(read_examples(data_path, nlp, sentence_starts), scorer=scorer)
     except ValueError as err:
         _fail(err)
     examples = scorer.examples

@@ -37,8 +37,9 @@ class CachedCorpus(Corpus):
     _vocab: Optional[Vocab] = None
     _docs: Dict[_CacheKey, List[Doc]] = {}
 
-    def __init__(self, *args, sentence_starts: bool = False, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, path, *args, sentence_starts: bool = False, **kwargs):
+        check_docbin_path(path)
+        super().__init__(path, *args, **kwargs)
         self.sentence_starts = sentence_starts
 
     def __call__(self, nlp) -> Iterator[Example]:
@@ -54,6 +55,23 @@ class CachedCorpus(Corpus):
         if key not in CachedCorpus._docs:
             CachedCorpus._docs[key] = list(super().read_docbin(vocab, paths))
         yield from CachedCorpus._docs[key]
+
+
+def check_docbin_path(path: Union[str, Path]) -> None:
+    """A file that spaCy's reader would skip with only a warning (W090), reading no docs, is an error."""
+    if path is not None and Path(path).is_file() and Path(path).suffix != ".spacy":
+        raise ValueError(f"{path} is not a .spacy file (spaCy's corpus reader would read no docs from it); "
+                         "convert it first, e.g. with `python -m spacy fofe convert`.")
+
+
+def read_examples(path: Union[str, Path], nlp, sentence_starts: bool = False) -> List[Example]:
+    """The examples of a .spacy file (or a folder of them) as spaCy's Corpus reads them, for the
+    commands that score a model on them; no docs at all is an error rather than zero scores."""
+    check_docbin_path(path)
+    examples = list(Corpus(path)(nlp))
+    if not examples:
+        raise ValueError(f"{path} holds no docs (a .spacy file, or a folder of them, is expected).")
+    return list(with_sentence_starts(examples)) if sentence_starts else examples
 
 
 def with_sentence_starts(examples: Iterable[Example]) -> Iterator[Example]:

@@ -10,10 +10,10 @@ from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import spacy
 from spacy.tokens import Span
-from spacy.training import Corpus, Example
+from spacy.training import Example
 
 from .decoding import ALGORITHMS, Candidate, Level, decode, levels_from
-from .corpus import with_sentence_starts
+from .corpus import read_examples
 from .gold import gold_spans, same_tokens, unknown_labels_note
 from .scoring import span_levels
 
@@ -144,8 +144,7 @@ def tune_pipeline(model: Path, dev: Path, output: Path, component: str = "fofe_n
         raise ValueError(f"{model} has no component {component!r}; its components: {nlp.pipe_names}")
     ner = nlp.get_pipe(component)
     # spaCy's own reader, so examples (and their tokenization) are those `spacy evaluate` uses.
-    examples = Corpus(dev)(nlp)
-    examples = list(with_sentence_starts(examples) if sentence_starts else examples)
+    examples = read_examples(dev, nlp, sentence_starts)
     log(f"Scoring {len(examples)} dev docs once with {component} ...")
     candidates: List[List[Candidate]] = []
     gold: List[Gold] = []

@@ -137,6 +137,19 @@ def test_evaluate_tune_and_stats_say_when_the_data_is_not_a_docbin(trained, tmp_
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.json").exists()
 
 
+def test_evaluate_and_tune_refuse_a_file_spacy_would_skip_and_a_docbin_without_docs(trained, tmp_path):
+    trained.to_disk(tmp_path / "model")
+    (tmp_path / "dev.tsv").write_text("Ann\tB-PER\n")
+    DocBin(docs=[]).to_disk(tmp_path / "empty.spacy")
+    for data, message in ((tmp_path / "dev.tsv", "dev.tsv is not a .spacy file"), (tmp_path / "empty.spacy",
+                                                                                  "empty.spacy holds no docs")):
+        for command in (["evaluate", tmp_path / "model", data, "--output", tmp_path / "out.json"],
+                        ["tune", tmp_path / "model", data, tmp_path / "out"]):
+            result = run(*command)
+            assert result.exit_code == 1 and message in said(result), said(result)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.json").exists()
+
+
 @pytest.mark.parametrize("holdout,message", [("1.5", "holdout is the share"), ("0.99", "leaves no gold spans")])
 def test_tune_with_a_bad_holdout_is_an_error_and_writes_nothing(trained, tmp_path, holdout, message):
     trained.to_disk(tmp_path / "model")

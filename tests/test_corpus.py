@@ -82,6 +82,9 @@ def test_limit_and_missing_path_behave_as_in_spacy(tmp_path):
     assert len(list(limited(nlp))) == len(list(limited(nlp))) == 1
     with pytest.raises(ValueError, match="E913"):
         registry.readers.get("spacy_fofe.CachedCorpus.v1")(None, **ARGS)
+    (tmp_path / "train.conll").write_text("Ann B-PER\n")  # spaCy's reader would warn and read no docs
+    with pytest.raises(ValueError, match="train.conll is not a .spacy file"):
+        registry.readers.get("spacy_fofe.CachedCorpus.v1")(tmp_path / "train.conll", **ARGS)
 
 
 def test_sentence_starts_reach_the_predicted_docs_through_the_alignment(tmp_path):
