@@ -57,7 +57,7 @@ class CachedCorpus(Corpus):
         yield from CachedCorpus._docs[key]
 
 
-def check_docbin_path(path: Union[str, Path]) -> None:
+def check_docbin_path(path: Optional[Union[str, Path]]) -> None:
     """A file that spaCy's reader would skip with only a warning (W090), reading no docs, is an error."""
     if path is not None and Path(path).is_file() and Path(path).suffix != ".spacy":
         raise ValueError(f"{path} is not a .spacy file (spaCy's corpus reader would read no docs from it); "
