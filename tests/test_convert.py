@@ -107,6 +107,17 @@ def test_byte_order_mark_and_windows_line_ends_are_not_read_as_text(tmp_path):
     assert [(r.words, r.levels) for r in read_jsonl(lines)] == [(["Paris"], [[(0, 1, "LOC")]])]
 
 
+def test_convert_never_overwrites_its_input_and_writes_only_spacy_files(tmp_path):
+    source = tmp_path / "train.spacy"  # a corpus that happens to have the suffix
+    source.write_text("Ann\tB-PER\n", encoding="utf8")
+    result = run("convert", source, tmp_path / "." / "train.spacy", "--separator", "tab")
+    assert result.exit_code == 1 and "is the input file" in " ".join(result.output.split())
+    assert source.read_text(encoding="utf8") == "Ann\tB-PER\n"
+    result = run("convert", source, tmp_path / "train.docbin", "--separator", "tab")
+    assert result.exit_code == 1 and "the output must be a .spacy file" in " ".join(result.output.split())
+    assert not (tmp_path / "train.docbin").exists()
+
+
 @pytest.mark.parametrize("name,content", [
     ("latin1.tsv", b"Ann\tB-PER\n\nM\xfcller\tB-PER\n"),
     ("latin1.jsonl", b'{"tokens": ["a"]}\n\n{"tokens": ["M\xfcller"]}\n'),
