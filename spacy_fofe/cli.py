@@ -100,7 +100,7 @@ def tune_cli(
     # fmt: off
     model: str = Arg(..., help="Trained pipeline (name or path)"),
     dev_path: Path = Arg(..., help="Dev data in .spacy format", exists=True, dir_okay=False),
-    output_path: Path = Arg(..., help="Where to save the tuned pipeline"),
+    output_path: Path = Arg(..., help="Where to save the tuned pipeline (a directory)", file_okay=False),
     component: str = Opt("fofe_ner", "--component", help="Name of the fofe_ner component"),
     objective: Objective = Opt(Objective.span, "--objective", help="span F1 over all levels, or strict (level-aware)"),
     no_label_thresholds: bool = Opt(False, "--no-label-thresholds", help="Search levels only, no per-label thresholds"),
@@ -194,7 +194,7 @@ def evaluate_cli(
 @fofe_cli.command("ensemble")
 def ensemble_cli(
     # fmt: off
-    output_path: Path = Arg(..., help="Where to save the ensemble pipeline"),
+    output_path: Path = Arg(..., help="Where to save the ensemble pipeline (a directory)", file_okay=False),
     models: List[str] = Arg(..., help="Two or more trained pipelines (names or paths) for the same task"),
     component: str = Opt("fofe_ner", "--component", help="Name of the fofe_ner component"),
     code_path: Optional[Path] = Opt(None, "--code", "-c", help="Python file with registered functions to import"),

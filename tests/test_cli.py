@@ -150,6 +150,16 @@ def test_evaluate_and_tune_refuse_a_file_spacy_would_skip_and_a_docbin_without_d
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.json").exists()
 
 
+def test_tune_and_ensemble_refuse_to_write_a_pipeline_over_a_file(trained, tmp_path):
+    trained.to_disk(tmp_path / "model")
+    dev = gold_file(trained, tmp_path / "dev.spacy", NESTED)
+    before = dev.read_bytes()
+    for command in (["tune", tmp_path / "model", dev, dev], ["ensemble", dev, tmp_path / "model", tmp_path / "model"]):
+        result = run(*command)
+        assert result.exit_code == 2 and "Invalid value for 'output_path'" in said(result), said(result)
+    assert dev.read_bytes() == before
+
+
 @pytest.mark.parametrize("holdout,message", [("1.5", "holdout is the share"), ("0.99", "leaves no gold spans")])
 def test_tune_with_a_bad_holdout_is_an_error_and_writes_nothing(trained, tmp_path, holdout, message):
     trained.to_disk(tmp_path / "model")
