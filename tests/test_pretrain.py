@@ -146,3 +146,21 @@ def test_alpha_outside_the_open_interval_is_an_error():
 def _params(model):
     return [(f"{node.name}.{name}", node.get_param(name)) for node in model.walk() for name in node.param_names
             if node.has_param(name)]
+
+
+def test_raw_text_script_writes_the_texts_and_never_overwrites_the_corpus(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "project" / "scripts" / "raw_text.py"
+    nlp = spacy.blank("en")
+    corpus = tmp_path / "train.spacy"
+    DocBin(docs=[eg.reference for eg in make_examples(nlp, NESTED)] + [nlp.make_doc("")]).to_disk(corpus)
+    before = corpus.read_bytes()
+    done = subprocess.run([sys.executable, script, corpus, corpus], capture_output=True, text=True)
+    assert done.returncode == 2 and "is the corpus" in done.stderr and corpus.read_bytes() == before
+    done = subprocess.run([sys.executable, script, corpus, tmp_path / "raw.jsonl"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert list(srsly.read_jsonl(tmp_path / "raw.jsonl")) == [{"text": text} for text, _ in NESTED]
+    assert "1 empty docs left out" in done.stdout

@@ -17,10 +17,13 @@ def main() -> None:
     parser.add_argument("corpus", type=Path, help=".spacy file")
     parser.add_argument("output", type=Path, help="JSON lines file to write")
     args = parser.parse_args()
-    docs = DocBin().from_disk(args.corpus).get_docs(spacy.blank("xx").vocab)
+    if args.output.exists() and args.output.resolve() == args.corpus.resolve():
+        parser.error(f"{args.output} is the corpus; writing it would destroy it. Name another output.")
+    docs = list(DocBin().from_disk(args.corpus).get_docs(spacy.blank("xx").vocab))
+    texts = [{"text": doc.text} for doc in docs if doc.text.strip()]
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    srsly.write_jsonl(args.output, ({"text": doc.text} for doc in docs if doc.text.strip()))
-    print(f"{args.corpus} -> {args.output}")
+    srsly.write_jsonl(args.output, texts)
+    print(f"{args.corpus} -> {args.output}: {len(texts)} texts ({len(docs) - len(texts)} empty docs left out)")
 
 
 if __name__ == "__main__":
