@@ -35,7 +35,7 @@ from .projection import DECISION_BLOCKS, LENGTH_ROWS, FragmentProjection, blocks
 InT = Tuple[List[Doc], Ints2d]
 # The name of an ensemble's root node (ensemble.py): its layers are FOFENER models.
 ENSEMBLE = "fofe_ensemble"
-GROUPS = ("left_context", "right_context", "bag_of_words", "char_fofe", "char_cnn", "boundary_words")
+GROUPS = ("left_context", "right_context", "bag_of_words", "char_fofe", "char_cnn")
 # Tokens of context a tok2vec is assumed to read on each side (a CNN's depth x window_size).
 TOK2VEC_REACH = 64
 # Inference builds the (rows, n, hidden) grid of pre-activations about this many cells
@@ -65,7 +65,6 @@ def build_fofe_ner_model(
     char_cnn_window: int = 1,
     second_pass: bool = False,
     length_bias: bool = False,
-    boundary_words: bool = False,
     nO: Optional[int] = None,
 ) -> Model[InT, Floats2d]:
     """Build the FOFE fragment scorer over any tok2vec.
@@ -86,15 +85,13 @@ def build_fofe_ner_model(
         sharing the last) to the first layer, since no other feature tells the net the length.
     stop_at_sentences: restart the FOFE codes at each sentence start a doc has, instead of
         letting the context of a whole document reach across its sentences.
-    boundary_words: add the token vectors of the fragment's first and last word, which the
-        codes mix with their neighbours' (two more blocks of the first layer, read like the codes).
     """
-    switches = dict(zip(GROUPS, (left_context, right_context, bag_of_words, char_fofe, char_cnn, boundary_words)))
+    switches = dict(zip(GROUPS, (left_context, right_context, bag_of_words, char_fofe, char_cnn)))
     groups = [group for group in GROUPS if switches[group]]
     _check_settings(groups, hidden_width=hidden_width, depth=depth, dropout=dropout, word_alpha=word_alpha,
                     char_alpha=char_alpha, char_width=char_width, n_char_buckets=n_char_buckets)
     word_codes = WordFOFECodes(word_alpha, left_context, right_context, bag_of_words, dropout=dropout,
-                               learn_alpha=learn_word_alpha, boundary_words=boundary_words)
+                               learn_alpha=learn_word_alpha)
     char_codes = CharFOFECodes(char_width, n_char_buckets, char_alpha, stop_at_sentences,
                                learn_alpha=learn_char_alpha) if char_fofe else None
     cnn = CharCNNCodes(char_cnn_width, char_width, n_char_buckets, char_cnn_window) if char_cnn else None

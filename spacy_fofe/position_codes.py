@@ -56,17 +56,13 @@ def WordFOFECodes(
     bag_of_words: bool = True,
     dropout: float = 0.0,
     learn_alpha: bool = False,
-    boundary_words: bool = False,
 ) -> Model[List[Floats2d], Codes]:
     """Left-to-right and right-to-left FOFE codes of the token vectors, including and
     excluding each position, and the token vectors themselves (dropout applied first).
 
     learn_alpha: train the forgetting factor, starting from `alpha` (see `forgetting_factor`).
-    boundary_words: also the token vectors as read at a fragment's first and last token (inside
-    a code they are mixed with the words next to them).
     """
-    switches = {"left_context": left_context, "right_context": right_context, "bag_of_words": bag_of_words,
-                "boundary_words": boundary_words}
+    switches = {"left_context": left_context, "right_context": right_context, "bag_of_words": bag_of_words}
     return Model(
         "word_fofe_codes",
         _word_forward,
@@ -118,13 +114,9 @@ def _word_forward(model: Model, tokvecs: List[Floats2d], is_train: bool) -> Tupl
         arrays["right_excl"] = fofe.shift_within(arrays["right_incl"], lengths_dev, 1)
     if "bag_of_words" in groups:
         arrays["tokens"] = x
-    if "boundary_words" in groups:
-        arrays["first_token"] = arrays["last_token"] = x
 
     def backprop(d_arrays: Gradients) -> List[Floats2d]:
         d_x = d_arrays["tokens"] if "tokens" in d_arrays else ops.alloc2f(*x.shape)
-        if "first_token" in d_arrays:
-            d_x = d_x + d_arrays["first_token"] + d_arrays["last_token"]
         d_alpha = 0.0
         if "left_incl" in d_arrays:
             d_left = d_arrays["left_incl"] + fofe.shift_within(d_arrays["left_excl"], lengths_dev, 1)

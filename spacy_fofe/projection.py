@@ -28,7 +28,6 @@ FEATURE_BLOCKS = {
     "bag_of_words": ("tokens",),
     "char_fofe": ("lr", "rl"),
     "char_cnn": (CHAR_CNN,),
-    "boundary_words": ("first_token", "last_token"),
     # The second pass's reading of the first pass's decisions (second_pass.py).
     "decisions": DECISION_BLOCKS,
 }
@@ -43,8 +42,6 @@ SOURCES = {
     "right_incl": ("right_incl", "start"),
     "right_excl": ("right_excl", "end"),
     "tokens": ("tokens", "mean"),
-    "first_token": ("first_token", "start"),
-    "last_token": ("last_token", "end"),
     "lr_end": ("lr", "end"),
     "lr_before": ("lr", "start_decayed"),
     "rl_start": ("rl", "start"),

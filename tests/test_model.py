@@ -58,8 +58,7 @@ def two_sentence_doc(vocab):
 
 @pytest.mark.parametrize("groups", [{}, {"char_fofe": False}, {"left_context": False, "bag_of_words": False},
                                     {"stop_at_sentences": True}, {"learn_word_alpha": True, "learn_char_alpha": True},
-                                    {"char_cnn": True, "char_fofe": False}, {"length_bias": True},
-                                    {"boundary_words": True, "bag_of_words": False}])
+                                    {"char_cnn": True, "char_fofe": False}, {"length_bias": True}])
 def test_gradients_match_finite_differences(docs, groups, seed=0):
     if groups.get("stop_at_sentences"):
         docs = [two_sentence_doc(docs[0].vocab), docs[1]]
@@ -115,23 +114,6 @@ def test_gradients_match_finite_differences(docs, groups, seed=0):
         tolerance = 5e-2 if owner.name == "char_cnn_codes" else 1e-2
         good = numpy.mean(numpy.asarray(errors) < tolerance)
         assert len(errors) >= min(5, param.size) and good >= 0.8, (name, sorted(errors))
-
-
-def test_boundary_words_read_the_first_and_last_token_vectors(docs):
-    spacy.util.fix_random_seed(0)
-    model = build_fofe_ner_model(table_tok2vec(6, 12), hidden_width=8, dropout=0.0, left_context=False,
-                                 right_context=False, bag_of_words=False, char_fofe=False, boundary_words=True, nO=3)
-    fragments = enumerate_fragments([len(d) for d in docs], 3)
-    model.initialize(X=(docs, fragments))
-    projection = model.get_ref("projection")
-    hidden = projection.predict((model.get_ref("codes").predict(docs), fragments))
-    x = numpy.concatenate(model.get_ref("tok2vec").predict(docs))
-    offsets = numpy.cumsum([0] + [len(d) for d in docs])
-    W, b = projection.get_param("W"), projection.get_param("b")
-    first, last = x[offsets[fragments[:, 0]] + fragments[:, 1]], x[offsets[fragments[:, 0]] + fragments[:, 2] - 1]
-    expected = numpy.maximum(first @ W[:, :6].T + last @ W[:, 6:].T + b, 0)
-    assert W.shape[1] == 12 and (fragments[:, 2] - fragments[:, 1] > 1).any()
-    numpy.testing.assert_allclose(hidden, expected, atol=1e-5)
 
 
 def hash_tok2vec() -> Model:

@@ -13,8 +13,7 @@ replaced by its inner embedding); `-cluster_prefix_bits`, `-hyphen_parts` (that 
 off); `+learned_alphas` / `-learned_alphas` (learn_word_alpha and learn_char_alpha on / off);
 `+char_cnn` / `-char_cnn` (the character CNN of the fragment next to the character FOFE);
 `+second_pass` / `-second_pass` (a second scorer that also reads the first pass's decisions);
-`+length_bias` / `-length_bias` (a first-layer row per fragment length); `+boundary_words` /
-`-boundary_words` (the fragment's first and last token vectors as features); a `+` or `-` variant that
+`+length_bias` / `-length_bias` (a first-layer row per fragment length); a `+` or `-` variant that
 the base already is, or an option the base lacks, is skipped;
 `+documents` (trained on --docs-corpus, a doc per document, `fofe convert --docs`); `+both_forms`
 (trained on the sentence docs and the documents together); `+pretraining` (`spacy pretrain` on
@@ -38,7 +37,7 @@ from results import RESULTS, write_section
 from spacy.util import load_config
 
 GROUPS = ("left_context", "right_context", "bag_of_words", "char_fofe")
-OPTIONS = ("char_cnn", "second_pass", "length_bias", "boundary_words")  # the model's on / off additions
+OPTIONS = ("char_cnn", "second_pass", "length_bias")  # the model's on / off additions
 # Each +x / -x variant and the model settings it switches on / off together.
 SWITCHES = {"learned_alphas": ("learn_word_alpha", "learn_char_alpha"), **{o: (o,) for o in OPTIONS}}
 TABLE_OPTIONS = ("cluster_prefix_bits", "hyphen_parts")  # LexemeTablesEmbed's additions, switched off
