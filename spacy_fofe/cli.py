@@ -72,9 +72,11 @@ def convert_cli(
     repaired with its reason; a file it cannot read fully is an error and nothing is written."""
     try:
         if output_path.suffix != ".spacy":
-            raise ValueError(f"{output_path}: the output must be a .spacy file (spaCy's corpus readers skip other names)")
+            raise ValueError(f"{output_path}: the output must be a .spacy file (spaCy's corpus readers skip "
+                             "other names)")
         if output_path.exists() and output_path.resolve() == input_path.resolve():
-            raise ValueError(f"{output_path} is the input file; writing it would destroy the corpus. Name another output.")
+            raise ValueError(f"{output_path} is the input file; writing it would destroy the corpus. Name another "
+                             "output.")
         if docs and file_format == Format.jsonl:
             raise ValueError("--docs groups the sentences of a column file; a JSON line is already one doc")
         if file_format == Format.jsonl:

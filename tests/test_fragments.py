@@ -102,7 +102,8 @@ def test_targets_equal_their_definition_on_random_docs_with_nested_repeated_and_
         spans = [(s, min(n, s + int(rng.integers(1, 7))), int(rng.integers(1, 4)))
                  for s in rng.integers(0, max(n, 1), size=rng.integers(0, 6)).tolist()] if n else []
         gold.append(spans + spans[:1])  # a span given twice keeps its first label
-        ignored.append([(s, min(n, s + 2)) for s in rng.integers(0, max(n, 1), size=rng.integers(0, 2)).tolist()] if n else [])
+        starts = rng.integers(0, max(n, 1), size=rng.integers(0, 2)).tolist()
+        ignored.append([(s, min(n, s + 2)) for s in starts] if n else [])
     labels, kinds = fragment_targets(fragments, gold, ignored)
     expected_labels, expected_kinds = naive_targets(fragments, gold, ignored)
     assert labels.tolist() == expected_labels and kinds.tolist() == expected_kinds
