@@ -244,6 +244,8 @@ def stats_cli(
         print(stats.length_summary(corpus, max_length))
         if corpus.crossing:
             msg.warn(f"{corpus.crossing} pairs of spans cross (overlap without nesting); decoding keeps one of each")
+        if corpus.on_space:
+            msg.warn(f"{corpus.on_space} spans start or end on a whitespace token, where no prediction does: trim them")
     if "dev" in corpora:
         shared = stats.overlap(corpora["train"], corpora["dev"])
         msg.divider("train / dev")

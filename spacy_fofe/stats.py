@@ -22,6 +22,7 @@ class SpanStats:
     per_label_depth: Counter = field(default_factory=Counter)  # (label, depth) -> spans
     lengths: Counter = field(default_factory=Counter)  # tokens -> spans
     crossing: int = 0  # pairs of spans that overlap without nesting
+    on_space: int = 0  # spans that start or end on a whitespace token (never predicted)
     texts: Set[str] = field(default_factory=set)  # doc texts, for the overlap between corpora
     mentions: Set[Tuple[str, str]] = field(default_factory=set)  # (span text, label)
 
@@ -49,6 +50,8 @@ def corpus_stats(path: Path, spans_key: str = "sc") -> SpanStats:
             stats.per_label_depth[span.label_, depth] += 1
             stats.lengths[len(span)] += 1
             stats.mentions.add((span.text, span.label_))
+            # The text, not Token.is_space: a bare Vocab() has no lexeme flags.
+            stats.on_space += bool(len(span)) and (span[0].text.isspace() or span[-1].text.isspace())
         stats.crossing += _crossing_pairs(sorted(bounds))
     return stats
 

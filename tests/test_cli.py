@@ -63,6 +63,9 @@ def test_stats_counts_labels_per_level_lengths_and_overlap(tmp_path):
     assert any("4 spans (36.36%) are longer than max_length=1" in line for line in lines)  # ORG x2, PER x2
     # dev mentions: University of Toronto, Toronto, Ann Lee (in train), Lima (not)
     assert any(line.startswith("2 dev docs also occur in train; 75.0% of dev mentions") for line in lines)
+    assert "whitespace" not in result.output
+    spaced = gold_file(nlp, tmp_path / "spaced.spacy", [("Ann  Lee left", [(0, 2, "PER"), (0, 3, "PER")])])
+    assert "1 spans start or end on a whitespace token" in said(run("stats", spaced))  # "Ann " only
 
 
 def test_nesting_depths_on_hand_made_spans():
