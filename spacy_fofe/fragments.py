@@ -31,9 +31,7 @@ def within_sentences(fragments: numpy.ndarray, lengths: Sequence[int], sent_star
     flag per token of all docs, doc after doc (True where a token starts a sentence)."""
     if len(fragments) == 0:
         return fragments
-    offsets = numpy.cumsum(lengths) - numpy.asarray(lengths)
-    flat_start = offsets[fragments[:, 0]] + fragments[:, 1]
-    flat_end = offsets[fragments[:, 0]] + fragments[:, 2]
+    flat_start, flat_end = flat_bounds(fragments, lengths)
     starts_before = numpy.concatenate([[0], numpy.cumsum(numpy.asarray(sent_starts, dtype="int64"))])
     return fragments[starts_before[flat_end] - starts_before[flat_start + 1] == 0]
 
@@ -44,9 +42,14 @@ def edge_flagged(fragments: numpy.ndarray, lengths: Sequence[int], flags: numpy.
     if len(fragments) == 0:
         return numpy.zeros(0, dtype=bool)
     flags = numpy.asarray(flags, dtype=bool)
-    offsets = numpy.cumsum(lengths) - numpy.asarray(lengths)
-    first = offsets[fragments[:, 0]] + fragments[:, 1]
-    return flags[first] | flags[first + (fragments[:, 2] - fragments[:, 1]) - 1]
+    first, end = flat_bounds(fragments, lengths)
+    return flags[first] | flags[end - 1]
+
+
+def flat_bounds(fragments: numpy.ndarray, lengths: Sequence[int]) -> Tuple[numpy.ndarray, numpy.ndarray]:
+    """Each fragment's [start, end) as rows of its batch's tokens, doc after doc."""
+    offsets = (numpy.cumsum(lengths) - numpy.asarray(lengths))[fragments[:, 0]]
+    return offsets + fragments[:, 1], offsets + fragments[:, 2]
 
 
 def fragment_targets(
@@ -77,10 +80,10 @@ def fragment_targets(
         width = int((ends - starts).max()) + 1  # fragment keys start * width + length grow with the rows
         keys = starts * width + (ends - starts)
         if extra:
-            doc_kinds[_rows_equal_to(keys, width, bounds[len(spans):])] = IGNORED
+            doc_kinds[_rows_equal_to(keys, width, bounds[len(spans):])[0]] = IGNORED
         if spans:
             gold_labels = numpy.asarray([label for _, _, label in spans], dtype="int64")
-            rows, first = _rows_equal_to(keys, width, bounds[:len(spans)], return_first=True)
+            rows, first = _rows_equal_to(keys, width, bounds[:len(spans)])
             doc_labels[rows] = gold_labels[first]
             doc_kinds[rows] = EXACT
     return labels, kinds
@@ -95,15 +98,15 @@ def _covered_tokens(bounds: numpy.ndarray, length: int, starts: numpy.ndarray, e
     return covered_before[ends] - covered_before[starts] > 0
 
 
-def _rows_equal_to(keys: numpy.ndarray, width: int, bounds: numpy.ndarray, return_first: bool = False):
+def _rows_equal_to(keys: numpy.ndarray, width: int, bounds: numpy.ndarray) -> Tuple[numpy.ndarray, numpy.ndarray]:
     """The rows of the fragments equal to spans in `bounds` (each row once: a span given twice
-    counts once); with return_first, also the index in `bounds` of the first span each row equals."""
+    counts once), and the index in `bounds` of the first span each row equals."""
     lengths = bounds[:, 1] - bounds[:, 0]
     fits = numpy.flatnonzero((lengths > 0) & (lengths < width))
     span_keys, first = numpy.unique(bounds[fits, 0] * width + lengths[fits], return_index=True)
     at = numpy.minimum(numpy.searchsorted(keys, span_keys), len(keys) - 1)
     found = keys[at] == span_keys
-    return (at[found], fits[first[found]]) if return_first else at[found]
+    return at[found], fits[first[found]]
 
 
 def sample_fragments(

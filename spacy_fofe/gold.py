@@ -35,6 +35,12 @@ def unknown_labels_note(examples: Iterable[Example], spans_key: str, labels: Ite
             f"as missed. The model's labels: {', '.join(sorted(known))}.")
 
 
+def on_whitespace(span: Span) -> bool:
+    """Whether a span starts or ends on a whitespace token, where no prediction does. Read from
+    the text, so it holds for docs of a bare Vocab() too (which has no lexeme flags)."""
+    return len(span) > 0 and (span[0].text.isspace() or span[-1].text.isspace())
+
+
 def same_tokens(a: Doc, b: Doc) -> bool:
     """Whether two docs have the same tokens at the same offsets (alignment is the identity)."""
     # Arrays, not doc.text: building the text walks every token in Python.
@@ -66,8 +72,7 @@ class GoldStats:
             self.labels.add(span.label_)
             if len(span) > self.max_length:
                 self.too_long[span.label_] += 1
-            if len(span) and (span[0].is_space or span[-1].is_space):
-                self.on_space += 1
+            self.on_space += on_whitespace(span)
             key = (span.start, span.end)
             if key in seen:
                 if seen[key] == span.label_:

@@ -20,6 +20,7 @@ from thinc.api import Model
 from thinc.types import Floats2d, Ints1d
 
 from . import fofe
+from .fragments import flat_bounds
 
 # The arrays CharFOFECodes writes (fofe.char_boundary_codes' order).
 CHAR_ARRAYS = ("lr_end", "lr_before", "rl_start", "rl_after")
@@ -41,7 +42,7 @@ class Codes:
 
     def flat_starts(self, fragments: numpy.ndarray) -> numpy.ndarray:
         """The row of each fragment's (doc index, start, end) first token in the arrays."""
-        return (numpy.cumsum(self.lengths) - self.lengths)[fragments[:, 0]] + fragments[:, 1]
+        return flat_bounds(fragments, self.lengths)[0]
 
 
 Gradients = Dict[str, Floats2d]

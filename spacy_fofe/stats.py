@@ -9,7 +9,7 @@ from typing import Dict, Optional, Set, Tuple
 from spacy.tokens import DocBin
 from spacy.vocab import Vocab
 
-from .gold import gold_spans
+from .gold import gold_spans, on_whitespace
 from .span_geometry import bounds_of, crosses, depths
 
 
@@ -50,8 +50,7 @@ def corpus_stats(path: Path, spans_key: str = "sc") -> SpanStats:
             stats.per_label_depth[span.label_, depth] += 1
             stats.lengths[len(span)] += 1
             stats.mentions.add((span.text, span.label_))
-            # The text, not Token.is_space: a bare Vocab() has no lexeme flags.
-            stats.on_space += bool(len(span)) and (span[0].text.isspace() or span[-1].text.isspace())
+            stats.on_space += on_whitespace(span)
         stats.crossing += _crossing_pairs(sorted(bounds))
     return stats
 
