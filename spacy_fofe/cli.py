@@ -149,8 +149,9 @@ def evaluate_cli(
     # fmt: on
 ):
     """Evaluate like `spacy evaluate`, plus the level-aware scores (outer, inner, strict),
-    per-label scores, and optionally an HTML page of the errors per level with the worst
-    documents' gold and predicted nested spans side by side."""
+    per-label scores, what became of the gold spans (found, or why not), and optionally an
+    HTML page of the errors per level with the worst documents' gold and predicted nested
+    spans side by side."""
     import_code(code_path)
     setup_gpu(use_gpu)
     fix_random_seed()
@@ -181,12 +182,20 @@ def evaluate_cli(
     if per_type:
         rows = [[label] + [f"{100 * s[m]:.2f}" for m in "prf"] for label, s in sorted(per_type.items())]
         msg.table(rows, header=("", "P", "R", "F"), aligns=("l", "r", "r", "r"), title="Spans per type")
+    fates = error_analysis.gold_fates(ner, examples)
+    rows = [[level, sum(fates[level, fate] for fate in error_analysis.FATES),
+             *(fates[level, fate] for fate in error_analysis.FATES)] for level in error_analysis.LEVELS]
+    msg.table(rows, header=("level", "gold", *error_analysis.FATES), aligns=("l",) + ("r",) * (len(rows[0]) - 1),
+              title="What became of the gold spans")
+    scores[f"{prefix}_gold_fates"] = {level: {fate: fates[level, fate] for fate in error_analysis.FATES}
+                                      for level in error_analysis.LEVELS}
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
         srsly.write_json(output, scores)
         msg.good(f"Saved results to {output}")
     if html_path is not None:
         analysis = error_analysis.analyse(examples, key)
+        analysis.fates = fates
         html_path.parent.mkdir(parents=True, exist_ok=True)
         title = f"{component} errors: {model} on {data_path}"
         html_path.write_text(error_analysis.write_html(analysis, examples, key, title, worst), encoding="utf8")

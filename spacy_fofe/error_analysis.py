@@ -4,6 +4,8 @@ Per nesting level (outer, inner: as the level-aware scores count them), each gol
 was not predicted exactly is a "label" error (a prediction with its bounds and another
 label), a "boundary" error (an overlapping prediction with other bounds) or "missed"; each
 prediction that overlaps no gold span of its level is "spurious".
+
+`gold_fates` says why, from the component's own probabilities: what became of each gold span.
 """
 
 import bisect
@@ -12,16 +14,20 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Sequence, Set, Tuple
 
+import numpy
+
 from spacy import displacy
 from spacy.scorer import PRFScore
 from spacy.tokens import Doc, Span
 from spacy.training import Example
 
-from .gold import gold_spans
+from .gold import gold_spans, on_whitespace, same_tokens
 from .scoring import predicted_levels, span_levels
 
 LEVELS = ("outer", "inner")
 KINDS = ("missed", "boundary", "label", "spurious")
+FATES = ("found", "other level", "too long", "not scored", "no entity", "other label", "below threshold",
+         "decoding")
 SpanTuple = Tuple[int, int, str]
 
 
@@ -40,6 +46,7 @@ class Analysis:
     kinds: Counter = field(default_factory=Counter)  # (level, kind) -> count
     prf: Dict[Tuple[str, str], PRFScore] = field(default_factory=dict)  # (level, label or "ALL") -> score
     docs: List[DocErrors] = field(default_factory=list)
+    fates: Counter = field(default_factory=Counter)  # (level, fate) -> count, from gold_fates
 
     def score(self, level: str, label: str = "ALL") -> PRFScore:
         return self.prf.setdefault((level, label), PRFScore())
@@ -62,6 +69,82 @@ def analyse(examples: Iterable[Example], spans_key: str) -> Analysis:
                 doc_errors.errors.append((level, kind, span))
         analysis.docs.append(doc_errors)
     return analysis
+
+
+def gold_fates(ner, examples: Sequence[Example], batch_size: int = 256) -> Counter:
+    """(level, fate) -> count over every gold span: "found" on its level, found on the "other level"
+    (an inner span whose outer one was missed is predicted as outer), or why it was not predicted:
+    "too long" (over max_length), "not scored" (no fragment of the predicted tokens has its bounds,
+    or the fragment crosses a sentence start or has whitespace at an edge), or, from the
+    component's probabilities for its fragment (`_fate`): "no entity", "other label", "below
+    threshold" or "decoding" (its label passed, but the decoder kept an overlapping span).
+    Scores the predicted docs of the batches that have such spans again.
+    """
+    fates: Counter = Counter()
+    levels, labels = ner.levels(), list(ner.labels)
+    key, max_length = ner.key, ner.cfg["max_length"]
+    for lo in range(0, len(examples), batch_size):
+        batch = examples[lo:lo + batch_size]
+        unexplained = []  # (level, doc in the batch, start and end on the predicted tokens, label)
+        for i, eg in enumerate(batch):
+            pred = predicted_levels(eg, key)
+            for level, gold in enumerate(span_levels(eg.reference, key, predicted=False)):
+                for span in sorted(gold):
+                    if span in pred[level]:
+                        fates[LEVELS[level], "found"] += 1
+                    elif span in pred[1 - level]:
+                        fates[LEVELS[level], "other level"] += 1
+                    elif span[1] - span[0] > max_length:
+                        fates[LEVELS[level], "too long"] += 1
+                    else:
+                        on_predicted = _on_predicted_tokens(eg, span)
+                        if on_predicted is None or on_whitespace(on_predicted):
+                            fates[LEVELS[level], "not scored"] += 1
+                        else:
+                            unexplained.append((level, i, on_predicted.start, on_predicted.end, span[2]))
+        if not unexplained:
+            continue
+        fragments, scores = ner.predict([eg.predicted for eg in batch])
+        rows = _fragment_rows(fragments, [(i, start, end) for _, i, start, end, _ in unexplained])
+        for (level, _, _, _, label), row in zip(unexplained, rows.tolist()):
+            fates[LEVELS[level], "not scored" if row < 0 else
+                  _fate(scores[row], label, labels, levels[min(level, len(levels) - 1)])] += 1
+    return fates
+
+
+def _on_predicted_tokens(eg: Example, span: SpanTuple):
+    """The gold span on the predicted doc's tokens, or None where the tokenizations disagree on it."""
+    if same_tokens(eg.predicted, eg.reference):
+        return Span(eg.predicted, span[0], span[1], label=span[2])
+    aligned = eg.get_aligned_spans_y2x([Span(eg.reference, *span)], allow_overlap=True)
+    return aligned[0] if aligned else None
+
+
+def _fragment_rows(fragments: numpy.ndarray, wanted: List[Tuple[int, int, int]]) -> numpy.ndarray:
+    """The row of each (doc, start, end) among the fragments, -1 where none has those bounds."""
+    wanted_arr = numpy.asarray(wanted, dtype="int64").reshape(-1, 3)
+    if len(fragments) == 0:
+        return numpy.full(len(wanted_arr), -1)
+    width = int(max(fragments[:, 1:].max(), wanted_arr[:, 1:].max(initial=0))) + 1
+    keys = (fragments[:, 0] * width + fragments[:, 1]) * width + fragments[:, 2]
+    wanted_keys = (wanted_arr[:, 0] * width + wanted_arr[:, 1]) * width + wanted_arr[:, 2]
+    order = numpy.argsort(keys, kind="stable")
+    at = numpy.minimum(numpy.searchsorted(keys[order], wanted_keys), len(keys) - 1)
+    return numpy.where(keys[order][at] == wanted_keys, order[at], -1)
+
+
+def _fate(probs: numpy.ndarray, label: str, labels: List[str], level) -> str:
+    """Why a scored gold fragment was not predicted, from its probabilities (NONE first). Its
+    candidate label is the best one but NONE: "decoding" or "other label" when that passes its
+    threshold; otherwise "no entity" when NONE is the most probable, else "below threshold" or
+    "other label"."""
+    best = int(numpy.argmax(probs[1:]))
+    passes = probs[1 + best] >= level.label_thresholds.get(labels[best], level.threshold)
+    if labels[best] != label:
+        return "other label" if passes or probs[1 + best] > probs[0] else "no entity"
+    if passes:
+        return "decoding"
+    return "below threshold" if probs[1 + best] > probs[0] else "no entity"
 
 
 def classify(gold: Set[SpanTuple], pred: Set[SpanTuple]) -> List[Tuple[str, SpanTuple]]:
@@ -109,6 +192,11 @@ def write_html(analysis: Analysis, examples: Sequence[Example], spans_key: str, 
         score = analysis.score(level)
         rows.append([level, *_prf(score), *(analysis.kinds[level, kind] for kind in KINDS)])
     parts.append(_table(["level", "P", "R", "F", *KINDS], rows))
+    if analysis.fates:
+        parts.append("<h2>What became of the gold spans</h2>")
+        parts.append(_table(["level", "gold", *FATES], [[level, sum(analysis.fates[level, f] for f in FATES),
+                                                          *(analysis.fates[level, f] for f in FATES)]
+                                                         for level in LEVELS]))
     parts.append("<h2>Per label</h2>")
     labels = sorted({label for (_, label) in analysis.prf if label != "ALL"})
     rows = [[label, level, *_prf(analysis.prf[level, label])] for label in labels for level in LEVELS

@@ -91,8 +91,13 @@ def test_evaluate_prints_levels_writes_scores_and_the_error_page(trained, tmp_pa
     scores = json.loads((tmp_path / "out" / "scores.json").read_text())
     assert scores["spans_sc_r"] == pytest.approx(5 / 6) and scores["spans_sc_p"] == 1.0
     assert {"spans_sc_outer_f", "spans_sc_inner_f", "spans_sc_strict_f"} <= set(scores)
+    # five gold spans found (one inside "University of Toronto"); "lives" (MISC) scored as no entity
+    fates = scores["spans_sc_gold_fates"]
+    assert fates["outer"]["found"] + fates["inner"]["found"] == 5 and fates["inner"]["found"] == 1
+    assert fates["outer"]["no entity"] == 1 and sum(map(sum, (f.values() for f in fates.values()))) == 6
+    assert "What became of the gold spans" in result.output
     page = (tmp_path / "out" / "errors.html").read_text()
-    assert "<h2>Scores and errors per level</h2>" in page
+    assert "<h2>Scores and errors per level</h2>" in page and "<h2>What became of the gold spans</h2>" in page
     # the one error: "lives" (MISC), which nothing predicted, in doc 1; doc 0 is all right
     assert "<li>outer missed: &#x27;lives&#x27; [2, 3) MISC</li>" in page
     assert "doc 1: 1 errors" in page and "doc 0:" not in page

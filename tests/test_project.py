@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import spacy
+from spacy.tokens import DocBin
 from spacy.util import load_config, registry
 
 from helpers import NESTED, make_examples, small_pipeline
@@ -30,6 +31,23 @@ def test_demo_workflow_runs_end_to_end(tmp_path):
     assert metrics["spans_sc_f"] > 0.9  # the demo corpus is easy: a broken pipeline scores far lower
     assert "spans_sc_strict_f" in metrics
     assert (tmp_path / "project" / "training" / "demo" / "model-tuned" / "fofe_ner" / "cfg").exists()
+    # `fofe evaluate` also says what became of every gold span; found on either level is span recall
+    fates = metrics["spans_sc_gold_fates"]
+    gold = sum(len(doc.spans["sc"]) for doc in DocBin().from_disk(
+        tmp_path / "project" / "corpus" / "demo" / "test.spacy").get_docs(spacy.blank("en").vocab))
+    assert sum(sum(level.values()) for level in fates.values()) == gold
+    found = sum(level["found"] + level["other level"] for level in fates.values())
+    assert found / gold == pytest.approx(metrics["spans_sc_r"])
+    page = (tmp_path / "project" / "metrics" / "demo-errors.html").read_text()
+    assert "<h2>What became of the gold spans</h2>" in page
+    results = tmp_path / "RESULTS.md"
+    subprocess.run([sys.executable, "scripts/errors.py", "metrics/demo.json", "--model", "training/demo/model-tuned",
+                    "--data", "corpus/demo/test.spacy", "--section", "Errors on demo", "--results", results],
+                   cwd=tmp_path / "project", check=True)
+    section = results.read_text().split("## Errors on demo\n", 1)[1]
+    outer = fates["outer"]
+    assert f"| outer | {sum(outer.values()):,} | {outer['found']:,} (" in section
+    assert f"| strict | {100 * metrics['spans_sc_strict_p']:.2f} | " in section
 
 
 def load_benchmark_script(name="benchmark"):

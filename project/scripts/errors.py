@@ -1,0 +1,60 @@
+"""Where a tuned model's errors are, as a section of project/RESULTS.md: from the scores that
+`spacy fofe evaluate --output` wrote, P/R/F per level (outer, inner, strict), what became of each
+level's gold spans (found, found on the other level, or why not) and P/R/F per label.
+
+    python scripts/errors.py metrics/germeval.json --model training/germeval/model-tuned \
+        --data corpus/germeval/test.spacy --section "Errors on germeval"
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+from results import RESULTS, write_section
+
+LEVELS = ("outer", "inner", "strict")
+
+
+def report(scores: dict, model: str, data: str, key: str) -> str:
+    prefix = f"spans_{key}"
+    lines = [f"`spacy fofe evaluate {model} {data}`: span P/R/F under `{key}` per level (strict: both levels, "
+             "each span counted on its own level, GermEval 2014's official metric), what became of each level's "
+             "gold spans (`fofe evaluate` prints the same table; \"other level\": an inner span predicted as "
+             "outer because its outer span was missed) and P/R/F per label over both levels.", "",
+             "| level | P | R | F |", "|---|---|---|---|"]
+    lines += [f"| {level} | " + " | ".join(f"{100 * (scores.get(f'{prefix}_{level}_{m}') or 0.0):.2f}" for m in "prf")
+              + " |" for level in LEVELS]
+    fates = scores.get(f"{prefix}_gold_fates")
+    if fates:
+        names = list(next(iter(fates.values())))
+        lines += ["", "| gold spans | all | " + " | ".join(names) + " |", "|---|" + "---|" * (len(names) + 1)]
+        for level, counts in fates.items():
+            total = sum(counts.values())
+            cells = [f"{counts[name]:,} ({100 * counts[name] / total:.1f}%)" if total else "0" for name in names]
+            lines.append(f"| {level} | {total:,} | " + " | ".join(cells) + " |")
+    per_type = scores.get(f"{prefix}_per_type") or {}
+    if per_type:
+        lines += ["", "| label | P | R | F |", "|---|---|---|---|"]
+        lines += [f"| {label} | " + " | ".join(f"{100 * s[m]:.2f}" for m in "prf") + " |"
+                  for label, s in sorted(per_type.items())]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("scores", help="the JSON file `spacy fofe evaluate --output` wrote")
+    parser.add_argument("--model", required=True, help="the pipeline it evaluated (for the section's text)")
+    parser.add_argument("--data", required=True, help="the data it evaluated on (for the section's text)")
+    parser.add_argument("--section", required=True, help="the section's title")
+    parser.add_argument("--spans-key", default="sc")
+    parser.add_argument("--results", default=str(RESULTS), help="the results file whose section this rewrites")
+    args = parser.parse_args()
+    scores = json.loads(Path(args.scores).read_text(encoding="utf8"))
+    if f"spans_{args.spans_key}_gold_fates" not in scores:
+        parser.error(f"{args.scores} has no spans_{args.spans_key}_gold_fates: write it with `spacy fofe evaluate "
+                     "--output`, not `spacy evaluate`")
+    write_section(args.section, report(scores, args.model, args.data, args.spans_key), path=Path(args.results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""What became of each gold span (`error_analysis.gold_fates`), on hand-made score tables."""
+
+import numpy
+from spacy.tokens import Doc, Span, SpanGroup
+from spacy.training import Example
+from spacy.vocab import Vocab
+
+from spacy_fofe.decoding import Level
+from spacy_fofe.error_analysis import FATES, gold_fates
+from spacy_fofe.fragments import enumerate_fragments
+
+NONE, LOC, ORG = 0, 1, 2
+
+
+class TableComponent:
+    """Stands in for fofe_ner: fixed probabilities (NONE, LOC, ORG) per (doc, start, end), NONE elsewhere."""
+
+    key = "sc"
+    labels = ("LOC", "ORG")
+    cfg = {"max_length": 3}
+
+    def __init__(self, table):
+        self.table = table
+        self.predicted = 0
+
+    def levels(self):
+        return [Level("nesting-aware", 0.5, {"ORG": 0.7}), Level("nesting-aware", 0.8)]
+
+    def predict(self, docs):
+        self.predicted += len(docs)
+        fragments = enumerate_fragments([len(doc) for doc in docs], self.cfg["max_length"])
+        scores = numpy.zeros((len(fragments), 3), dtype="float32")
+        scores[:, NONE] = 1.0
+        for row, bounds in enumerate(map(tuple, fragments.tolist())):
+            scores[row] = self.table.get(bounds, scores[row])
+        return fragments, scores
+
+
+def example(vocab, words, gold, predicted, depths, predicted_words=None, spaces=None):
+    reference = Doc(vocab, words=words, spaces=spaces)
+    reference.spans["sc"] = [Span(reference, s, e, label=label) for s, e, label in gold]
+    doc = Doc(vocab, words=predicted_words or words, spaces=spaces)
+    doc.spans["sc"] = SpanGroup(doc, name="sc", spans=[Span(doc, s, e, label=label) for s, e, label in predicted],
+                                attrs={"depths": depths})
+    return Example(doc, reference)
+
+
+def probs(none, loc, org):
+    return numpy.asarray([none, loc, org], dtype="float32")
+
+
+def test_each_gold_span_is_found_or_given_the_reason_it_was_not():
+    vocab = Vocab()
+    words = "a b c d e f g h i j k l".split() + [" ", "z"]
+    gold = [(0, 1, "LOC"),  # predicted on its level
+            (2, 4, "ORG"), (2, 3, "LOC"), (3, 4, "LOC"),  # ORG missed; (3, 4) then predicted as outer
+            (5, 9, "LOC"),  # four tokens: max_length is 3
+            (9, 10, "LOC"), (10, 11, "ORG"), (11, 12, "LOC"),
+            (12, 14, "LOC")]  # starts on a whitespace token
+    predicted = [(0, 1, "LOC"), (2, 3, "LOC"), (3, 4, "LOC"), (10, 12, "LOC")]
+    table = {(0, 2, 4): probs(0.35, 0.0, 0.65),  # ORG is the best label but under ORG's 0.7
+             (0, 9, 10): probs(0.7, 0.3, 0.0),  # no label passes
+             (0, 10, 11): probs(0.3, 0.6, 0.1),  # LOC passes, the gold is ORG
+             (0, 11, 12): probs(0.1, 0.9, 0.0),  # passes; the decoder kept (10, 12) instead
+             (0, 12, 14): probs(0.0, 1.0, 0.0)}
+    eg = example(vocab, words, gold, predicted, depths=[0, 1, 0, 0],
+                 spaces=[True] * 12 + [False, False])
+    fates = gold_fates(TableComponent(table), [eg])
+    assert {key: n for key, n in fates.items() if n} == {
+        ("outer", "found"): 1, ("outer", "below threshold"): 1, ("outer", "too long"): 1,
+        ("outer", "no entity"): 1, ("outer", "other label"): 1, ("outer", "decoding"): 1,
+        ("outer", "not scored"): 1, ("inner", "found"): 1, ("inner", "other level"): 1}
+    assert set(key[1] for key in fates) <= set(FATES)
+
+
+def test_inner_spans_use_the_inner_threshold_and_other_tokenizations_are_not_scored():
+    vocab = Vocab()
+    gold = [(0, 2, "ORG"), (1, 2, "LOC")]
+    table = {(0, 0, 2): probs(0.0, 0.0, 1.0), (0, 1, 2): probs(0.3, 0.7, 0.0)}  # LOC passes 0.5, not 0.8
+    eg = example(vocab, ["x", "y"], gold, [(0, 2, "ORG")], depths=[0])
+    component = TableComponent(table)
+    assert dict(gold_fates(component, [eg])) == {("outer", "found"): 1, ("inner", "below threshold"): 1}
+    # "New" of "New" "-York" is no token span of "New-" "York"; "New-York" is, and was scored
+    split = example(vocab, ["New", "-York"], [(0, 1, "LOC"), (0, 2, "ORG")], [], depths=[],
+                    predicted_words=["New-", "York"], spaces=[False, False])
+    fates = gold_fates(TableComponent({}), [split])
+    assert dict(fates) == {("inner", "not scored"): 1, ("outer", "no entity"): 1}
+
+
+def test_documents_are_scored_batch_by_batch_and_only_when_something_was_missed():
+    vocab = Vocab()
+    found = [example(vocab, ["a", "b"], [(0, 1, "LOC")], [(0, 1, "LOC")], depths=[0]) for _ in range(5)]
+    missed = [example(vocab, ["a", "b"], [(1, 2, "LOC")], [], depths=[]) for _ in range(5)]
+    component = TableComponent({(d, 1, 2): probs(0.6, 0.4, 0.0) for d in range(2)})
+    fates = gold_fates(component, found + missed, batch_size=2)
+    assert dict(fates) == {("outer", "found"): 5, ("outer", "no entity"): 5}
+    assert component.predicted == 6  # the batches [found, missed] and [missed, missed] twice; not [found, found]
