@@ -87,7 +87,7 @@ def gold_fates(ner, examples: Sequence[Example], batch_size: int = 256) -> Count
         batch = examples[lo:lo + batch_size]
         unexplained = []  # (level, doc in the batch, start and end on the predicted tokens, label)
         for i, eg in enumerate(batch):
-            pred = predicted_levels(eg, key)
+            pred, same = predicted_levels(eg, key), same_tokens(eg.predicted, eg.reference)
             for level, gold in enumerate(span_levels(eg.reference, key, predicted=False)):
                 for span in sorted(gold):
                     if span in pred[level]:
@@ -97,7 +97,7 @@ def gold_fates(ner, examples: Sequence[Example], batch_size: int = 256) -> Count
                     elif span[1] - span[0] > max_length:
                         fates[LEVELS[level], "too long"] += 1
                     else:
-                        on_predicted = _on_predicted_tokens(eg, span)
+                        on_predicted = _on_predicted_tokens(eg, span, same)
                         if on_predicted is None or on_whitespace(on_predicted):
                             fates[LEVELS[level], "not scored"] += 1
                         else:
@@ -112,9 +112,10 @@ def gold_fates(ner, examples: Sequence[Example], batch_size: int = 256) -> Count
     return fates
 
 
-def _on_predicted_tokens(eg: Example, span: SpanTuple):
-    """The gold span on the predicted doc's tokens, or None where the tokenizations disagree on it."""
-    if same_tokens(eg.predicted, eg.reference):
+def _on_predicted_tokens(eg: Example, span: SpanTuple, same: bool):
+    """The gold span on the predicted doc's tokens (`same`: the docs have the same tokens), or None
+    where the tokenizations disagree on it."""
+    if same:
         return Span(eg.predicted, span[0], span[1], label=span[2])
     aligned = eg.get_aligned_spans_y2x([Span(eg.reference, *span)], allow_overlap=True)
     return aligned[0] if aligned else None
