@@ -11,6 +11,8 @@ import spacy
 from spacy.tokens import Doc, Span
 from spacy.training import Example
 
+from spacy_fofe.error_analysis import gold_fates
+
 from helpers import (
     LISTENER_PIPELINE,
     NESTED,
@@ -321,6 +323,11 @@ def test_trains_through_a_shared_cnn_tok2vec_listener(tmp_path):
     nlp.to_disk(tmp_path / "listener")
     reloaded = spacy.load(tmp_path / "listener")
     assert [predicted(reloaded(t)) for t, _ in NESTED] == [sorted(s) for _, s in NESTED]
+    # fofe evaluate's second look at the scores reads the listener's output kept on the docs
+    gold = NESTED[:2] + [("Bob visited Paris and Toronto .", [(0, 1, "PER"), (2, 3, "LOC"), (1, 2, "LOC")])]
+    examples = [Example(reloaded(eg.reference.text), eg.reference) for eg in make_examples(reloaded, gold)]
+    assert dict(gold_fates(reloaded.get_pipe("fofe_ner"), examples)) == {
+        ("outer", "found"): 6, ("inner", "found"): 1, ("outer", "no entity"): 1}  # "visited" is no LOC
 
 
 def test_initialize_counts_nesting_with_a_shared_start_as_nested_not_crossing():
