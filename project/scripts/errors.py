@@ -3,7 +3,7 @@
 level's gold spans (found, found on the other level, or why not) and P/R/F per label.
 
     python scripts/errors.py metrics/germeval.json --model training/germeval/model-tuned \
-        --data corpus/germeval/test.spacy --section "Errors on germeval"
+        --data corpus/germeval/test.spacy --config ../configs/germeval.cfg --section "Errors on germeval"
 """
 
 import argparse
@@ -15,9 +15,10 @@ from results import RESULTS, write_section
 LEVELS = ("outer", "inner", "strict")
 
 
-def report(scores: dict, model: str, data: str, key: str) -> str:
+def report(scores: dict, model: str, data: str, key: str, config: str) -> str:
     prefix = f"spans_{key}"
-    lines = [f"`spacy fofe evaluate {model} {data}`: span P/R/F under `{key}` per level (strict: both levels, "
+    trained = f" (trained with `{config}`, decoding tuned on dev)" if config else ""
+    lines = [f"`spacy fofe evaluate {model} {data}`{trained}: span P/R/F under `{key}` per level (strict: both levels, "
              "each span counted on its own level, GermEval 2014's official metric), what became of each level's "
              "gold spans (`fofe evaluate` prints the same table; \"other level\": an inner span predicted as "
              "outer because its outer span was missed) and P/R/F per label over both levels.", "",
@@ -46,6 +47,7 @@ def main() -> None:
     parser.add_argument("--model", required=True, help="the pipeline it evaluated (for the section's text)")
     parser.add_argument("--data", required=True, help="the data it evaluated on (for the section's text)")
     parser.add_argument("--section", required=True, help="the section's title")
+    parser.add_argument("--config", default="", help="the config the model was trained with (for the section)")
     parser.add_argument("--spans-key", default="sc")
     parser.add_argument("--results", default=str(RESULTS), help="the results file whose section this rewrites")
     args = parser.parse_args()
@@ -53,7 +55,8 @@ def main() -> None:
     if f"spans_{args.spans_key}_gold_fates" not in scores:
         parser.error(f"{args.scores} has no spans_{args.spans_key}_gold_fates: write it with `spacy fofe evaluate "
                      "--output`, not `spacy evaluate`")
-    write_section(args.section, report(scores, args.model, args.data, args.spans_key), path=Path(args.results))
+    write_section(args.section, report(scores, args.model, args.data, args.spans_key, args.config),
+                  configs=[args.config] if args.config else [], path=Path(args.results))
 
 
 if __name__ == "__main__":
