@@ -3,6 +3,7 @@
 import argparse
 import importlib.util
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import spacy
+import srsly
 from spacy.tokens import DocBin
 from spacy.util import load_config, registry
 
@@ -48,6 +50,20 @@ def test_demo_workflow_runs_end_to_end(tmp_path):
     outer = fates["outer"]
     assert f"| outer | {sum(outer.values()):,} | {outer['found']:,} (" in section
     assert f"| strict | {100 * metrics['spans_sc_strict_p']:.2f} | " in section
+
+
+def test_the_readme_main_command_installs_what_the_main_job_needs():
+    """The main job runs `all` (CoNLL-2003) where the corpus is present: its configs' lexeme tables
+    need the lookups extra, its `vectors` step the vectors extra."""
+    command = next(line for line in (ROOT / "README.md").read_text().splitlines() if "project run main" in line)
+    extras = set(re.search(r'pip install -e "\.\[([a-z,]+)\]"', command).group(1).split(","))
+    project = srsly.read_yaml(ROOT / "project" / "project.yml")
+    steps = {step for name in ("all", "demo") for step in project["workflows"][name]}
+    configs = {project["vars"]["conll_config"], project["vars"]["demo_config"]}
+    if any("LexemeTablesEmbed" in (ROOT / "project" / config).read_text() for config in configs):
+        assert "lookups" in extras, command
+    if "vectors" in steps:
+        assert "vectors" in extras, command
 
 
 def load_benchmark_script(name="benchmark"):
