@@ -183,9 +183,8 @@ def evaluate_cli(
         rows = [[label] + [f"{100 * s[m]:.2f}" for m in "prf"] for label, s in sorted(per_type.items())]
         msg.table(rows, header=("", "P", "R", "F"), aligns=("l", "r", "r", "r"), title="Spans per type")
     fates = error_analysis.gold_fates(ner, examples)
-    rows = [[level, sum(fates[level, fate] for fate in error_analysis.FATES),
-             *(fates[level, fate] for fate in error_analysis.FATES)] for level in error_analysis.LEVELS]
-    msg.table(rows, header=("level", "gold", *error_analysis.FATES), aligns=("l",) + ("r",) * (len(rows[0]) - 1),
+    header = ("level", "gold", *error_analysis.FATES)
+    msg.table(error_analysis.fate_rows(fates), header=header, aligns=("l",) + ("r",) * (len(header) - 1),
               title="What became of the gold spans")
     scores[f"{prefix}_gold_fates"] = {level: {fate: fates[level, fate] for fate in error_analysis.FATES}
                                       for level in error_analysis.LEVELS}

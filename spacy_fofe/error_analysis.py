@@ -73,7 +73,7 @@ def analyse(examples: Iterable[Example], spans_key: str) -> Analysis:
 
 def gold_fates(ner, examples: Sequence[Example], batch_size: int = 256) -> Counter:
     """(level, fate) -> count over every gold span: "found" on its level, found on the "other level"
-    (an inner span whose outer one was missed is predicted as outer), or why it was not predicted:
+    (e.g. an inner span whose outer one was missed is predicted as outer), or why it was not predicted:
     "too long" (over max_length), "not scored" (no fragment of the predicted tokens has its bounds,
     or the fragment crosses a sentence start or has whitespace at an edge), or, from the
     component's probabilities for its fragment (`_fate`): "no entity", "other label", "below
@@ -112,6 +112,12 @@ def gold_fates(ner, examples: Sequence[Example], batch_size: int = 256) -> Count
     return fates
 
 
+def fate_rows(fates: Counter) -> List[list]:
+    """[level, gold spans, count of each fate] per level: the table `fofe evaluate` prints."""
+    return [[level, sum(fates[level, fate] for fate in FATES), *(fates[level, fate] for fate in FATES)]
+            for level in LEVELS]
+
+
 def _on_predicted_tokens(eg: Example, span: SpanTuple, same: bool):
     """The gold span on the predicted doc's tokens (`same`: the docs have the same tokens), or None
     where the tokenizations disagree on it."""
@@ -136,9 +142,9 @@ def _fragment_rows(fragments: numpy.ndarray, wanted: List[Tuple[int, int, int]])
 
 def _fate(probs: numpy.ndarray, label: str, labels: List[str], level) -> str:
     """Why a scored gold fragment was not predicted, from its probabilities (NONE first). Its
-    candidate label is the best one but NONE: "decoding" or "other label" when that passes its
-    threshold; otherwise "no entity" when NONE is the most probable, else "below threshold" or
-    "other label"."""
+    candidate is its most probable label but NONE: "decoding" when that is the gold label and
+    passes its threshold, "below threshold" when it is the gold label and beats NONE but not the
+    threshold, "other label" when another label passes or beats NONE, else "no entity"."""
     best = int(numpy.argmax(probs[1:]))
     passes = probs[1 + best] >= level.label_thresholds.get(labels[best], level.threshold)
     if labels[best] != label:
@@ -195,9 +201,7 @@ def write_html(analysis: Analysis, examples: Sequence[Example], spans_key: str, 
     parts.append(_table(["level", "P", "R", "F", *KINDS], rows))
     if analysis.fates:
         parts.append("<h2>What became of the gold spans</h2>")
-        parts.append(_table(["level", "gold", *FATES], [[level, sum(analysis.fates[level, f] for f in FATES),
-                                                          *(analysis.fates[level, f] for f in FATES)]
-                                                         for level in LEVELS]))
+        parts.append(_table(["level", "gold", *FATES], fate_rows(analysis.fates)))
     parts.append("<h2>Per label</h2>")
     labels = sorted({label for (_, label) in analysis.prf if label != "ALL"})
     rows = [[label, level, *_prf(analysis.prf[level, label])] for label in labels for level in LEVELS
