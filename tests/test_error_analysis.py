@@ -94,4 +94,4 @@ def test_documents_are_scored_batch_by_batch_and_only_when_something_was_missed(
     component = TableComponent({(d, 1, 2): probs(0.6, 0.4, 0.0) for d in range(2)})
     fates = gold_fates(component, found + missed, batch_size=2)
     assert dict(fates) == {("outer", "found"): 5, ("outer", "no entity"): 5}
-    assert component.predicted == 6  # the batches [found, missed] and [missed, missed] twice; not [found, found]
+    assert component.predicted == 6  # batches [found, missed] once and [missed, missed] twice; [found, found] not
