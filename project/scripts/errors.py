@@ -31,8 +31,9 @@ def report(scores: dict, model: str, data: str, key: str, config: str) -> str:
         lines += ["", "| gold spans | all | " + " | ".join(names) + " |", "|---|" + "---|" * (len(names) + 1)]
         for level, counts in fates.items():
             total = sum(counts.values())
-            cells = [f"{counts[name]:,} ({100 * counts[name] / total:.1f}%)" if total else "0" for name in names]
-            lines.append(f"| {level} | {total:,} | " + " | ".join(cells) + " |")
+            if total:  # flat data has no inner row
+                cells = [f"{counts[name]:,} ({100 * counts[name] / total:.1f}%)" for name in names]
+                lines.append(f"| {level} | {total:,} | " + " | ".join(cells) + " |")
     per_type = scores.get(f"{prefix}_per_type") or {}
     if per_type:
         lines += ["", "| label | P | R | F |", "|---|---|---|---|"]
