@@ -23,9 +23,10 @@ def report(scores: dict, model: str, data: str, key: str, config: str) -> str:
              "gold spans (`fofe evaluate` prints the same table; \"other level\": an inner span predicted as "
              "outer because its outer span was missed) and P/R/F per label over both levels.", "",
              "| level | P | R | F |", "|---|---|---|---|"]
+    fates = scores.get(f"{prefix}_gold_fates") or {}
+    flat = not sum(fates.get("inner", {}).values()) and not scores.get(f"{prefix}_inner_p")
     lines += [f"| {level} | " + " | ".join(f"{100 * (scores.get(f'{prefix}_{level}_{m}') or 0.0):.2f}" for m in "prf")
-              + " |" for level in LEVELS]
-    fates = scores.get(f"{prefix}_gold_fates")
+              + " |" for level in (LEVELS[:1] if flat else LEVELS)]  # flat: strict is outer, inner is empty
     if fates:
         names = list(next(iter(fates.values())))
         lines += ["", "| gold spans | all | " + " | ".join(names) + " |", "|---|" + "---|" * (len(names) + 1)]

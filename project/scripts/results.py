@@ -34,7 +34,9 @@ def commit() -> str:
         return out.stdout.strip() if out.returncode == 0 else ""
 
     head = git("rev-parse", "--short", "HEAD") or "unknown"
-    return head + (" (with uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else "")
+    # The results file's own edits (an earlier section written in the same session) are not code changes.
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ":/", f":(exclude){RESULTS.name}")
+    return head + (" (with uncommitted changes)" if changed else "")
 
 
 def write_section(title: str, body: str, configs: Sequence[str] = (), command: str = "",
