@@ -416,6 +416,25 @@ def test_results_file_keeps_one_current_section_per_benchmark(tmp_path):
     assert "configs/x.cfg" not in text  # the new run named no configs
 
 
+def test_results_commit_is_marked_changed_by_code_edits_not_by_the_results_file(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("results", ROOT / "project" / "scripts" / "results.py")
+    results = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(results)
+    repo = tmp_path / "repo"
+    (repo / "project").mkdir(parents=True)
+    (repo / "code.py").write_text("a = 1\n")
+    (repo / "project" / "RESULTS.md").write_text("# Results\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    subprocess.run(git + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "."], check=True)
+    subprocess.run(git + ["commit", "-qm", "start"], check=True)
+    monkeypatch.setattr(results, "RESULTS", repo / "project" / "RESULTS.md")
+    results.write_section("A", "| a |", command="run a", path=results.RESULTS)  # the file's own edit
+    assert "uncommitted" not in results.commit()
+    (repo / "code.py").write_text("a = 2\n")
+    assert results.commit().endswith(" (with uncommitted changes)")
+
+
 def test_glove_rows_are_keyed_by_cased_forms_too_so_spacy_static_vectors_find_them(tmp_path):
     """spaCy reads a saved table by ORTH, whatever --attr built it: "Paris" must find "paris"'s row."""
     import numpy
