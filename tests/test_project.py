@@ -416,6 +416,18 @@ def test_results_file_keeps_one_current_section_per_benchmark(tmp_path):
     assert "configs/x.cfg" not in text  # the new run named no configs
 
 
+def test_errors_section_of_flat_data_has_one_level():
+    errors = load_benchmark_script("errors")
+    fates = {"outer": {"found": 3, "no entity": 1}, "inner": {"found": 0, "no entity": 0}}
+    scores = {"spans_sc_outer_p": 0.75, "spans_sc_outer_r": 0.75, "spans_sc_outer_f": 0.75, "spans_sc_inner_p": 0.0,
+              "spans_sc_strict_p": 0.75, "spans_sc_gold_fates": fates, "spans_sc_per_type": {}}
+    text = errors.report(scores, "m", "d", "sc", "")
+    assert "| outer | 75.00 | 75.00 | 75.00 |" in text and "| outer | 4 | 3 (75.0%) | 1 (25.0%) |" in text
+    assert "| inner" not in text and "| strict" not in text
+    fates["inner"]["found"] = 1
+    assert "| inner | 1 | 1 (100.0%) | 0 (0.0%) |" in errors.report(scores, "m", "d", "sc", "")
+
+
 def test_results_commit_is_marked_changed_by_code_edits_not_by_the_results_file(tmp_path, monkeypatch):
     spec = importlib.util.spec_from_file_location("results", ROOT / "project" / "scripts" / "results.py")
     results = importlib.util.module_from_spec(spec)

@@ -18,13 +18,14 @@ LEVELS = ("outer", "inner", "strict")
 def report(scores: dict, model: str, data: str, key: str, config: str) -> str:
     prefix = f"spans_{key}"
     trained = f" (trained with `{config}`, decoding tuned on dev)" if config else ""
-    lines = [f"`spacy fofe evaluate {model} {data}`{trained}: span P/R/F under `{key}` per level (strict: both levels, "
-             "each span counted on its own level, GermEval 2014's official metric), what became of each level's "
-             "gold spans (`fofe evaluate` prints the same table; \"other level\": an inner span predicted as "
-             "outer because its outer span was missed) and P/R/F per label over both levels.", "",
-             "| level | P | R | F |", "|---|---|---|---|"]
     fates = scores.get(f"{prefix}_gold_fates") or {}
     flat = not sum(fates.get("inner", {}).values()) and not scores.get(f"{prefix}_inner_p")
+    levels = ("span P/R/F (flat data: one level)" if flat else "span P/R/F per level (strict: both levels, each span "
+              "counted on its own level, GermEval 2014's official metric)")
+    lines = [f"`spacy fofe evaluate {model} {data}`{trained}: {levels} under `{key}`, what became of each level's "
+             "gold spans (`fofe evaluate` prints the same table; \"other level\": e.g. an inner span predicted as "
+             "outer because its outer span was missed) and P/R/F per label over all levels.", "",
+             "| level | P | R | F |", "|---|---|---|---|"]
     lines += [f"| {level} | " + " | ".join(f"{100 * (scores.get(f'{prefix}_{level}_{m}') or 0.0):.2f}" for m in "prf")
               + " |" for level in (LEVELS[:1] if flat else LEVELS)]  # flat: strict is outer, inner is empty
     if fates:
