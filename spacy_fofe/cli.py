@@ -20,6 +20,7 @@ from . import convert as converters
 from . import error_analysis, stats
 from .corpus import read_examples
 from .gold import unknown_labels_note
+from .scoring import predicted_levels
 
 SENTENCE_STARTS_HELP = "Give each doc the data's sentence starts, as a senter would (documents read whole)"
 HELP = """FOFE-NER commands: convert corpora, tune decoding, evaluate with level
@@ -175,16 +176,22 @@ def evaluate_cli(
     results.update({"NER F": scores.get("ents_f"), "SPEED": scores.get("speed")})
     msg.table({name: (f"{value:.0f}" if name == "SPEED" else f"{100 * value:.2f}") for name, value in results.items()
                if isinstance(value, (int, float))}, title="Results")
-    levels = [[level] + [f"{100 * (scores.get(f'{prefix}_{level}_{m}') or 0.0):.2f}" for m in "prf"]
-              for level in ("outer", "inner", "strict")]
-    msg.table(levels, header=("level", "P", "R", "F"), aligns=("l", "r", "r", "r"), title="Levels (GermEval 2014)")
+    fates = error_analysis.gold_fates(ner, examples)
+    # Flat data (no inner span in gold or predictions): the outer level is all of it.
+    nested = any(fates["inner", fate] for fate in error_analysis.FATES) or \
+        any(predicted_levels(eg, key)[1] for eg in examples)
+    if nested:
+        levels = [[level] + [f"{100 * (scores.get(f'{prefix}_{level}_{m}') or 0.0):.2f}" for m in "prf"]
+                  for level in ("outer", "inner", "strict")]
+        msg.table(levels, header=("level", "P", "R", "F"), aligns=("l", "r", "r", "r"),
+                  title="Levels (GermEval 2014)")
     per_type = scores.get(f"{prefix}_per_type") or {}
     if per_type:
         rows = [[label] + [f"{100 * s[m]:.2f}" for m in "prf"] for label, s in sorted(per_type.items())]
         msg.table(rows, header=("", "P", "R", "F"), aligns=("l", "r", "r", "r"), title="Spans per type")
-    fates = error_analysis.gold_fates(ner, examples)
     header = ("level", "gold", *error_analysis.FATES)
-    msg.table(error_analysis.fate_rows(fates), header=header, aligns=("l",) + ("r",) * (len(header) - 1),
+    rows = error_analysis.fate_rows(fates)
+    msg.table(rows if nested else rows[:1], header=header, aligns=("l",) + ("r",) * (len(header) - 1),
               title="What became of the gold spans")
     scores[f"{prefix}_gold_fates"] = {level: {fate: fates[level, fate] for fate in error_analysis.FATES}
                                       for level in error_analysis.LEVELS}

@@ -104,6 +104,20 @@ def test_evaluate_prints_levels_writes_scores_and_the_error_page(trained, tmp_pa
     assert page.count("<h4>gold</h4>") == 1 and "Toronto" in page
 
 
+def test_evaluate_on_flat_data_shows_one_level(trained, tmp_path):
+    model = tmp_path / "model"
+    trained.to_disk(model)
+    data = [NESTED[1], ("Ann Lee visited Paris .", [(0, 2, "PER"), (3, 4, "LOC")])]
+    result = run("evaluate", model, gold_file(trained, tmp_path / "flat.spacy", data))
+    assert result.exit_code == 0, result.output
+    lines = [" ".join(line.split()) for line in result.output.splitlines()]
+    assert "Levels" not in result.output and "What became of the gold spans" in result.output
+    assert "outer 4 4 0 0 0 0 0 0 0" in lines and not any(line.startswith("inner ") for line in lines)
+    nested = run("evaluate", model, gold_file(trained, tmp_path / "nested.spacy", NESTED[:1]))
+    assert "Levels" in nested.output and any(" ".join(line.split()).startswith("inner 1 1 ")
+                                             for line in nested.output.splitlines())
+
+
 def test_evaluate_and_tune_name_a_missing_component(trained, tmp_path):
     trained.to_disk(tmp_path / "model")
     gold = gold_file(trained, tmp_path / "dev.spacy", NESTED)
