@@ -21,6 +21,7 @@ from spacy.scorer import PRFScore
 from spacy.tokens import Doc, Span
 from spacy.training import Example
 
+from .fragments import fragment_rows
 from .gold import gold_spans, on_whitespace, same_tokens
 from .scoring import predicted_levels, span_levels
 
@@ -105,7 +106,7 @@ def gold_fates(ner, examples: Sequence[Example], batch_size: int = 256) -> Count
         if not unexplained:
             continue
         fragments, scores = ner.predict([eg.predicted for eg in batch])
-        rows = _fragment_rows(fragments, [(i, start, end) for _, i, start, end, _ in unexplained])
+        rows = fragment_rows(fragments, [(i, start, end) for _, i, start, end, _ in unexplained])
         for (level, _, _, _, label), row in zip(unexplained, rows.tolist()):
             fates[LEVELS[level], "not scored" if row < 0 else
                   _fate(scores[row], label, labels, levels[min(level, len(levels) - 1)])] += 1
@@ -125,19 +126,6 @@ def _on_predicted_tokens(eg: Example, span: SpanTuple, same: bool):
         return Span(eg.predicted, span[0], span[1], label=span[2])
     aligned = eg.get_aligned_spans_y2x([Span(eg.reference, *span)], allow_overlap=True)
     return aligned[0] if aligned else None
-
-
-def _fragment_rows(fragments: numpy.ndarray, wanted: List[Tuple[int, int, int]]) -> numpy.ndarray:
-    """The row of each (doc, start, end) among the fragments, -1 where none has those bounds."""
-    wanted_arr = numpy.asarray(wanted, dtype="int64").reshape(-1, 3)
-    if len(fragments) == 0:
-        return numpy.full(len(wanted_arr), -1)
-    width = int(max(fragments[:, 1:].max(), wanted_arr[:, 1:].max(initial=0))) + 1
-    keys = (fragments[:, 0] * width + fragments[:, 1]) * width + fragments[:, 2]
-    wanted_keys = (wanted_arr[:, 0] * width + wanted_arr[:, 1]) * width + wanted_arr[:, 2]
-    order = numpy.argsort(keys, kind="stable")
-    at = numpy.minimum(numpy.searchsorted(keys[order], wanted_keys), len(keys) - 1)
-    return numpy.where(keys[order][at] == wanted_keys, order[at], -1)
 
 
 def _fate(probs: numpy.ndarray, label: str, labels: List[str], level) -> str:

@@ -52,6 +52,19 @@ def flat_bounds(fragments: numpy.ndarray, lengths: Sequence[int]) -> Tuple[numpy
     return offsets + fragments[:, 1], offsets + fragments[:, 2]
 
 
+def fragment_rows(fragments: numpy.ndarray, wanted: List[Tuple[int, int, int]]) -> numpy.ndarray:
+    """The row of each (doc, start, end) among the fragments, -1 where none has those bounds."""
+    wanted_arr = numpy.asarray(wanted, dtype="int64").reshape(-1, 3)
+    if len(fragments) == 0:
+        return numpy.full(len(wanted_arr), -1)
+    width = int(max(fragments[:, 1:].max(), wanted_arr[:, 1:].max(initial=0))) + 1
+    keys = (fragments[:, 0] * width + fragments[:, 1]) * width + fragments[:, 2]
+    wanted_keys = (wanted_arr[:, 0] * width + wanted_arr[:, 1]) * width + wanted_arr[:, 2]
+    order = numpy.argsort(keys, kind="stable")
+    at = numpy.minimum(numpy.searchsorted(keys[order], wanted_keys), len(keys) - 1)
+    return numpy.where(keys[order][at] == wanted_keys, order[at], -1)
+
+
 def fragment_targets(
     fragments: numpy.ndarray, gold: List[List[Tuple[int, int, int]]], ignored: List[List[Tuple[int, int]]] = None
 ) -> Tuple[numpy.ndarray, numpy.ndarray]:

@@ -9,6 +9,7 @@ from spacy_fofe.fragments import (
     OVERLAP,
     edge_flagged,
     enumerate_fragments,
+    fragment_rows,
     fragment_targets,
     sample_fragments,
     within_sentences,
@@ -108,3 +109,14 @@ def test_targets_equal_their_definition_on_random_docs_with_nested_repeated_and_
     expected_labels, expected_kinds = naive_targets(fragments, gold, ignored)
     assert labels.tolist() == expected_labels and kinds.tolist() == expected_kinds
     assert {EXACT, OVERLAP, DISJOINT, IGNORED} <= set(kinds.tolist())
+
+
+def test_fragment_rows_find_each_bounds_row_or_minus_one():
+    rng = numpy.random.default_rng(0)
+    lengths = [5, 0, 9, 1]
+    fragments = enumerate_fragments(lengths, 3)
+    fragments = fragments[rng.permutation(len(fragments))[: len(fragments) // 2]]  # a shuffled subset
+    row_of = {tuple(f): i for i, f in enumerate(fragments.tolist())}
+    wanted = [(int(d), int(s), int(s + n)) for d in range(4) for s in range(10) for n in range(1, 5)]
+    assert fragment_rows(fragments, wanted).tolist() == [row_of.get(w, -1) for w in wanted]
+    assert fragment_rows(fragments[:0], wanted[:3]).tolist() == [-1, -1, -1]
