@@ -464,3 +464,31 @@ def test_glove_rows_are_keyed_by_cased_forms_too_so_spacy_static_vectors_find_th
     rows = vectors.find(keys=doc.to_array(ORTH))
     lower = vectors.find(keys=[doc.vocab.strings[w] for w in ("paris", "eu", "o'neil")])
     assert list(rows) == [lower[0], lower[1], lower[2], lower[0], lower[0], -1]
+
+
+def test_the_ensemble_script_tunes_scores_and_times_on_the_gpu_it_trains_on(tmp_path, monkeypatch):
+    """With spacy train's --gpu-id among its overrides, tuning, scoring and timing run there too."""
+    ensemble = load_benchmark_script("ensemble")
+    ablation = sys.modules["ablation"]  # the module ensemble.py imported its helpers from
+    assert ensemble.gpu_of(["--paths.vectors", "v", "--gpu-id", "0"]) == 0
+    assert ensemble.gpu_of(["--gpu-id=1"]) == 1 and ensemble.gpu_of(["-g", "2"]) == 2
+    assert ensemble.gpu_of(["--training.max_steps", "5"]) == -1
+    commands = []
+
+    def fake_run(command):
+        commands.append([str(part) for part in command])
+        result = Path(command[command.index("--output") + 1] if "--output" in command else command[5])
+        result.parent.mkdir(parents=True, exist_ok=True)
+        result.write_text(json.dumps({"spans_sc_f": 0.5, "words_per_second": 10}))
+
+    monkeypatch.setattr(ensemble, "run", fake_run)
+    monkeypatch.setattr(ablation, "run", fake_run)
+    for gpu, expected in ((0, ["--gpu-id", "0"]), (-1, [])):
+        commands.clear()
+        args = argparse.Namespace(out=str(tmp_path / str(gpu)), corpus="corpus", strict_objective=False,
+                                  sentence_starts=False, strict=False, docs_corpus=None, gpu_id=gpu)
+        ensemble.tuned(args, "seed0", Path("model-best"))
+        ensemble.evaluate(args, "seed0", Path("model-tuned"))
+        ablation.words_per_second(args, {"seed0": "model-tuned"}, 1)
+        assert [c[0] for c in commands] == [sys.executable] * 4  # tune, dev, test, timing
+        assert all(command[-2:] == expected or not expected and "--gpu-id" not in command for command in commands)

@@ -75,6 +75,12 @@ def variant_config(base: Path, name: str):
     return config
 
 
+def device_options(args) -> list:
+    """`--gpu-id N` for the tuning, scoring and timing commands when the trainings run on GPU N."""
+    gpu = getattr(args, "gpu_id", -1)
+    return ["--gpu-id", gpu] if gpu >= 0 else []
+
+
 def run(command) -> None:
     """Run a command on one thread, as the benchmark does."""
     print("$", " ".join(map(str, command)), flush=True)
@@ -137,7 +143,7 @@ def evaluate(args, name: str, model: Path) -> dict:
         if not result.exists():
             starts = ["--sentence-starts"] if getattr(args, "sentence_starts", False) else []
             run([sys.executable, "-m", "spacy", "fofe", "evaluate", model, Path(corpus) / f"{split}.spacy",
-                 "--output", result, *starts])
+                 "--output", result, *starts, *device_options(args)])
         found = json.loads(result.read_text())
         scores[key] = round(100 * found["spans_sc_f"], 2)
         if key == "test" and args.strict:
@@ -152,7 +158,8 @@ def words_per_second(args, models: dict, rounds: int) -> dict:
         for name, model in models.items():
             print(f"== {name}: words/s, round {round_ + 1} of {rounds}", flush=True)
             result = Path(args.out) / name / "speed.json"
-            run([sys.executable, BENCHMARK, "--measure", model, Path(args.corpus) / "test.spacy", result])
+            run([sys.executable, BENCHMARK, "--measure", model, Path(args.corpus) / "test.spacy", result,
+                 *device_options(args)])
             best[name] = max(best.get(name, 0), json.loads(result.read_text())["words_per_second"])
     return best
 

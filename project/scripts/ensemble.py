@@ -27,7 +27,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from ablation import FINISHED, evaluate, run, words_per_second
+from ablation import FINISHED, device_options, evaluate, run, words_per_second
 from results import RESULTS, write_section
 from spacy.util import load_config
 
@@ -70,7 +70,7 @@ def tuned(args, name: str, model: Path) -> Path:
         objective = ["--objective", "strict"] if args.strict_objective else []
         starts = ["--sentence-starts"] if args.sentence_starts else []
         run([sys.executable, "-m", "spacy", "fofe", "tune", model, Path(args.corpus) / "dev.spacy", out, *objective,
-             *starts])
+             *starts, *device_options(args)])
     return out
 
 
@@ -102,6 +102,7 @@ def main() -> None:
     if args.sentence_starts:
         args.overrides += ["--corpora.train.sentence_starts", "true", "--corpora.dev.sentence_starts", "true"]
     args.docs_corpus = None  # ablation.evaluate's documents form: sentence docs only here
+    args.gpu_id = gpu_of(args.overrides)
     seeds = [int(s) for s in args.seeds.split(",")]
     if len(set(seeds)) < len(seeds):
         parser.error("--seeds: each seed once")
@@ -144,6 +145,16 @@ def main() -> None:
     (out / "ensemble.json").write_text(json.dumps(rows, indent=2))
     write_section(args.section or f"Ensemble on {Path(args.corpus).name}", report(args, rows, seeds),
                   configs=[args.config], path=Path(args.results))
+
+
+def gpu_of(overrides: list) -> int:
+    """The GPU that spacy train's `--gpu-id` among the overrides names, or -1 (CPU): the tuning,
+    scoring and timing then run there too."""
+    for i, option in enumerate(overrides):
+        name, _, value = option.partition("=")
+        if name in ("--gpu-id", "-g"):
+            return int(value or overrides[i + 1])
+    return -1
 
 
 UPSTREAM = "upstream"  # the row of the components that run before fofe_ner, timed without it
@@ -202,7 +213,10 @@ def report(args, rows: list, seeds: list) -> str:
             "tuning saw)" + (", the docs given their sentence starts (`--sentence-starts`)" if args.sentence_starts
                              else "") + "."
             + (" Words/s: `nlp.pipe` over the test texts, batch 1000, best of 3 in each of "
-               f"{args.speed_rounds} alternating rounds, one thread." if args.speed_rounds > 0 else "")
+               f"{args.speed_rounds} alternating rounds, "
+               + (f"on GPU {args.gpu_id} (the CPU side on one thread)." if getattr(args, "gpu_id", -1) >= 0
+                  else "one thread.")
+               if args.speed_rounds > 0 else "")
             + "\n\n" + "\n".join(lines) + "\n\n"
             + "\n".join(means) + "\n")
 
