@@ -477,9 +477,11 @@ def test_the_ensemble_script_tunes_scores_and_times_on_the_gpu_it_trains_on(tmp_
 
     def fake_run(command):
         commands.append([str(part) for part in command])
-        result = Path(command[command.index("--output") + 1] if "--output" in command else command[5])
-        result.parent.mkdir(parents=True, exist_ok=True)
-        result.write_text(json.dumps({"spans_sc_f": 0.5, "words_per_second": 10}))
+        for flag, offset in (("--output", 1), ("--measure", 3)):  # the scores' file, the timing's result
+            if flag in command:
+                result = Path(command[command.index(flag) + offset])
+                result.parent.mkdir(parents=True, exist_ok=True)
+                result.write_text(json.dumps({"spans_sc_f": 0.5, "words_per_second": 10}))
 
     monkeypatch.setattr(ensemble, "run", fake_run)
     monkeypatch.setattr(ablation, "run", fake_run)
