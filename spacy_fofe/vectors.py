@@ -80,7 +80,7 @@ def _tuned_init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
     if vectors.mode == "floret":
         raise ValueError("spacy_fofe.WordVectors.v1: fine_tune needs a table with a row per word; floret "
                          "vectors build a word's row from its n-grams, so read them frozen (fine_tune = false)")
-    table = model.ops.to_numpy(vectors.data).astype("float32")
+    table = to_numpy(vectors.data).astype("float32")  # the vocab's table may live on either device
     unknown = numpy.zeros((1, table.shape[1]), dtype="float32")
     model.set_dim("nO", table.shape[1])
     model.set_param("E", model.ops.asarray(numpy.concatenate([table, unknown])))
@@ -95,7 +95,7 @@ def _rows(model: Model, vectors, keys: numpy.ndarray, is_train: bool) -> numpy.n
     if vectors.mode == "floret":  # every word has a vector; 0 only marks it found
         rows = numpy.zeros(len(keys), dtype="int64")
     else:
-        rows = numpy.asarray(vectors.find(keys=keys), dtype="int64")
+        rows = to_numpy(vectors.find(keys=keys)).astype("int64")  # a table on the GPU finds on the GPU
     rate = model.attrs.get("word_dropout", 0.0)  # pipelines saved before the setting lack it
     if is_train and rate > 0.0:
         rows[numpy.random.uniform(size=len(rows)) < rate] = -1
@@ -119,7 +119,7 @@ def _frozen_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List
         found = vectors.data[get_array_module(vectors.data).asarray(rows[rows >= 0])]
     missing = model.ops.asarray(rows < 0)
     flat = model.ops.alloc2f(len(rows), unknown.shape[1])
-    flat[~missing] = model.ops.asarray(found)
+    flat[~missing] = model.ops.asarray(to_numpy(found) if model.ops.xp is numpy else found)
     flat[missing] = unknown
     output = model.ops.unflatten(flat, model.ops.asarray(lengths))
 

@@ -145,12 +145,12 @@ def test_an_ensemble_on_gpu_scores_like_cpu_and_trains(gpu_ops, tmp_path):
 
 @pytest.mark.parametrize("fine_tune", [False, True])
 def test_word_vectors_on_gpu_equal_cpu_and_train(gpu_ops, fine_tune):
-    """Frozen rows are gathered where the vocab's table lives (host or device)."""
+    """Frozen rows are gathered where the vocab's table lives (host or device), for a layer on either."""
+    require_cpu()  # the table starts on the host (a vocab made while the GPU is selected has it there)
     nlp = spacy.blank("en")
     for word, value in [("paris", 1.0), ("ann", 2.0)]:
         nlp.vocab.set_vector(word, numpy.full(3, value, dtype="float32"))
     docs = [nlp("Ann saw PARIS"), nlp("")]
-    require_cpu()
     cpu = WordVectors(fine_tune=fine_tune)
     cpu.initialize(X=docs)
     expected = cpu.predict(docs)
@@ -166,3 +166,8 @@ def test_word_vectors_on_gpu_equal_cpu_and_train(gpu_ops, fine_tune):
         backprop([gpu_ops.alloc2f(*rows.shape) + 1.0 for rows in out])
         grad = layer.get_grad("E" if fine_tune else "U")
         assert float(grad[-1, 0]) == 1.0  # "saw": the unknown row
+    require_cpu()  # a layer on the CPU reading the table on the GPU
+    layer = WordVectors(fine_tune=fine_tune)
+    layer.initialize(X=docs)
+    for cpu_rows, expected_rows in zip(layer.predict(docs), expected):
+        numpy.testing.assert_allclose(cpu_rows, expected_rows)
