@@ -146,7 +146,7 @@ def test_an_ensemble_on_gpu_scores_like_cpu_and_trains(gpu_ops, tmp_path):
 @pytest.mark.parametrize("fine_tune", [False, True])
 def test_word_vectors_on_gpu_equal_cpu_and_train(gpu_ops, fine_tune):
     """Frozen rows are gathered where the vocab's table lives (host or device), for a layer on either."""
-    require_cpu()  # the table starts on the host (a vocab made while the GPU is selected has it there)
+    require_cpu()  # the table starts on the host: a vocab made while the GPU is selected keeps it on the GPU
     nlp = spacy.blank("en")
     for word, value in [("paris", 1.0), ("ann", 2.0)]:
         nlp.vocab.set_vector(word, numpy.full(3, value, dtype="float32"))
