@@ -219,7 +219,8 @@ def test_ensemble_script_trains_seeds_merges_them_and_writes_its_section(tmp_pat
     results = tmp_path / "RESULTS.md"
     subprocess.run([sys.executable, ROOT / "project" / "scripts" / "ensemble.py", corpus, tmp_path / "out",
                     "--config", ROOT / "configs" / "demo.cfg", "--seeds", "0,1", "--strict", "--speed-rounds", "1",
-                    "--distill", "1", "--results", results, "--section", "Seeds on corpus", "--training.max_steps", "40"],
+                    "--distill", "1", "--results", results, "--section", "Seeds on corpus",
+                    "--training.max_steps", "40"],
                    check=True, capture_output=True)
     rows = {row["model"]: row for row in json.loads((tmp_path / "out" / "ensemble.json").read_text())}
     assert list(rows) == ["seed0", "seed1", "ensemble0+1", "distilled1"] and rows["ensemble0+1"]["members"] == 2
@@ -245,8 +246,8 @@ def test_ensemble_script_with_no_ensembles_reports_the_seeds_alone(tmp_path):
     refused = subprocess.run(script + ["--seeds", "0,1", "--distill", "1"], capture_output=True, text=True)
     assert refused.returncode == 2 and "--distill needs an ensemble" in refused.stderr
     assert not (tmp_path / "out").exists()  # refused before any training
-    subprocess.run(script + ["--seeds", "0", "--speed-rounds", "1", "--section", "One seed", "--training.max_steps", "20",
-                             "--sentence-starts"], check=True, capture_output=True)
+    subprocess.run(script + ["--seeds", "0", "--speed-rounds", "1", "--section", "One seed",
+                             "--training.max_steps", "20", "--sentence-starts"], check=True, capture_output=True)
     rows = json.loads((tmp_path / "out" / "ensemble.json").read_text())
     assert [row["model"] for row in rows] == ["seed0"] and rows[0]["words_per_second"] > 0
     trained = load_config(tmp_path / "out" / "seed0" / "model-best" / "config.cfg")

@@ -199,7 +199,8 @@ def report(args, rows: list, seeds: list) -> str:
             means.append(f"- {what}, mean of {len(group)}: {figures}")
     if upstream and base:
         speed = upstream["words_per_second"]
-        means.append(f"- the components before fofe_ner alone ({', '.join(upstream['components'])}): {speed:,} words/s; "
+        components = ", ".join(upstream["components"])
+        means.append(f"- the components before fofe_ner alone ({components}): {speed:,} words/s; "
                      f"seed{seeds[0]} runs at {base / speed:.2f}x of them")
     objective = "strict F1" if args.strict_objective else "span F1"
     overrides = f" (spacy train overrides: `{' '.join(args.overrides)}`)" if args.overrides else ""
