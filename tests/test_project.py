@@ -403,9 +403,7 @@ def test_long_docs_benchmark_writes_both_sweeps(tmp_path):
 
 
 def test_results_file_keeps_one_current_section_per_benchmark(tmp_path):
-    spec = importlib.util.spec_from_file_location("results", ROOT / "project" / "scripts" / "results.py")
-    results = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(results)
+    results = load_benchmark_script("results")
     path = tmp_path / "RESULTS.md"
     results.write_section("CoNLL-2003", "| a | 1 |", configs=["configs/x.cfg"], command="run conll", path=path)
     results.write_section("GermEval 2014", "| b | 2 |", command="run germeval", path=path)
@@ -430,9 +428,7 @@ def test_errors_section_of_flat_data_has_one_level():
 
 
 def test_results_commit_is_marked_changed_by_code_edits_not_by_the_results_file(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("results", ROOT / "project" / "scripts" / "results.py")
-    results = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(results)
+    results = load_benchmark_script("results")
     repo = tmp_path / "repo"
     (repo / "project").mkdir(parents=True)
     (repo / "code.py").write_text("a = 1\n")

@@ -150,11 +150,9 @@ def main() -> None:
 def gpu_of(overrides: list) -> int:
     """The GPU that spacy train's `--gpu-id` among the overrides names, or -1 (CPU): the tuning,
     scoring and timing then run there too."""
-    for i, option in enumerate(overrides):
-        name, _, value = option.partition("=")
-        if name in ("--gpu-id", "-g"):
-            return int(value or overrides[i + 1])
-    return -1
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--gpu-id", "-g", type=int, default=-1)
+    return parser.parse_known_args(overrides)[0].gpu_id
 
 
 UPSTREAM = "upstream"  # the row of the components that run before fofe_ner, timed without it
