@@ -29,6 +29,8 @@ _BOS, _EOS, _UNKNOWN = 1, 2, 0
 # docs come back every epoch, and the frozen encoder costs more than the rest of a step.
 _TRAINING_CACHE_TOKENS = 600_000
 _ENCODER: Dict[str, object] = {}
+# Tokens encoded in one pass: the arrays stay cache-sized, faster than one pass over a whole batch.
+_CHUNK_TOKENS = 500
 
 
 @registry.layers("spacy_fofe.USEFeatures.v1")
@@ -79,13 +81,22 @@ def _encoder_forward(model: Model, docs: List[Doc], is_train: bool):
 
 
 def doc_features(docs: Sequence[Sequence[str]], contextual: bool = True) -> List[numpy.ndarray]:
-    """USE features of each doc's tokens, (n_tokens, 1280) or (n_tokens, 512), from one batched pass."""
-    if not docs:
-        return []
-    encoder = _load_encoder()
+    """USE features of each doc's tokens, (n_tokens, 1280) or (n_tokens, 512), a few docs per pass."""
+    encoder = _load_encoder() if docs else None
+    features: List[numpy.ndarray] = []
+    start = tokens = 0
+    for i, doc in enumerate(docs):
+        tokens += len(doc)
+        if tokens >= _CHUNK_TOKENS or i == len(docs) - 1:
+            features.extend(_chunk_features(encoder, docs[start:i + 1], contextual))
+            start, tokens = i + 1, 0
+    return features
+
+
+def _chunk_features(encoder, docs: Sequence[Sequence[str]], contextual: bool) -> List[numpy.ndarray]:
     words = list(chain.from_iterable(docs))
     pieces = _pieces(encoder, words)
-    piece_counts = numpy.fromiter(map(len, pieces), dtype=numpy.int64, count=len(pieces))
+    counts = numpy.fromiter(map(len, pieces), dtype=numpy.int64, count=len(pieces))
     doc_lengths = numpy.fromiter(map(len, docs), dtype=numpy.int64, count=len(docs))
     token_ends = numpy.cumsum(doc_lengths)
     # Each doc is framed by USE's sentence markers, as the encoder was trained.
@@ -93,16 +104,17 @@ def doc_features(docs: Sequence[Sequence[str]], contextual: bool = True) -> List
     flat = numpy.fromiter(chain.from_iterable(doc_pieces), dtype=numpy.int64)
     piece_features = _encode(encoder, flat, numpy.fromiter(map(len, doc_pieces), dtype=numpy.int64,
                                                            count=len(docs)), contextual)
-    # Drop the markers' rows, then average each token's pieces.
-    doc_starts = numpy.cumsum([0] + [len(p) for p in doc_pieces[:-1]])
-    inner = numpy.concatenate([numpy.arange(start + 1, start + len(p) - 1)
-                               for start, p in zip(doc_starts, doc_pieces)] or [numpy.zeros(0, dtype=numpy.int64)])
-    piece_features = piece_features[inner]
-    out = numpy.zeros((len(words), piece_features.shape[1]), dtype=numpy.float32)
-    if len(words):
-        token_starts = numpy.concatenate([[0], numpy.cumsum(piece_counts[:-1])])
-        out = numpy.add.reduceat(piece_features, token_starts, axis=0) / piece_counts[:, None]
-    return numpy.split(out.astype(numpy.float32), token_ends[:-1])
+    if not words:
+        return [piece_features[:0] for _ in docs]
+    # A token's first piece comes after the pieces of the tokens before it and two markers per doc
+    # before its own, plus its doc's opening marker; the mean then adds its further pieces in turn.
+    first = numpy.cumsum(counts) - counts + 2 * numpy.repeat(numpy.arange(len(docs)), doc_lengths) + 1
+    out = piece_features[first]
+    for k in range(1, int(counts.max())):
+        longer = numpy.flatnonzero(counts > k)
+        out[longer] += piece_features[first[longer] + k]
+    out /= counts[:, None]
+    return numpy.split(out, token_ends[:-1])
 
 
 def _load_encoder():

@@ -54,6 +54,15 @@ def test_a_token_gets_the_mean_of_its_pieces_and_docs_do_not_see_each_other():
     assert doc_features([]) == []
 
 
+def test_features_are_the_same_whatever_the_docs_per_pass(monkeypatch):
+    docs = [["Oberbürgermeisterin", "von", "Köln"], [], ["Berlin", "ist", "groß", "."],
+            ["Weltgesundheitsorganisation"]]
+    whole = doc_features(docs)
+    monkeypatch.setattr(use_features, "_CHUNK_TOKENS", 1)
+    for one_pass, per_doc in zip(whole, doc_features(docs)):
+        numpy.testing.assert_allclose(per_doc, one_pass, atol=1e-5)
+
+
 def test_the_layer_projects_trains_serializes_without_its_cache_and_loads():
     nlp = spacy.blank("de")
     docs = [nlp("Angela Merkel besuchte Köln ."), nlp("")]
