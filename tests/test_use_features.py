@@ -2,6 +2,8 @@
 tokenizer), averaged per token and projected; the frozen encoder matches the package's sentence
 vectors, the layer trains, serializes without its training cache and loads."""
 
+import pickle
+
 import numpy
 import pytest
 import spacy
@@ -79,12 +81,22 @@ def test_the_layer_projects_trains_serializes_without_its_cache_and_loads():
     numpy.testing.assert_allclose(loaded.predict(docs)[0], layer.predict(docs)[0], rtol=1e-5)
 
 
-def test_the_training_cache_stops_at_its_token_budget():
+def test_the_training_cache_stops_at_its_token_budget_and_is_not_pickled():
     nlp = spacy.blank("de")
     cache = use_features._TrainingCache(max_tokens=4)
     cache.add(tuple(t.text for t in nlp("eins zwei drei")), numpy.zeros((3, 2)))
     cache.add(tuple(t.text for t in nlp("vier fünf")), numpy.zeros((2, 2)))
     assert cache.tokens == 3 and len(cache.features) == 1
+    copied = pickle.loads(pickle.dumps(cache))
+    assert copied.tokens == 0 and not copied.features and copied.max_tokens == 4
+
+
+def test_the_pieces_memo_starts_afresh_past_its_size(monkeypatch):
+    encoder = use_features._load_encoder()
+    monkeypatch.setattr(use_features, "_MAX_KNOWN_WORDS", 3)
+    use_features._pieces(encoder, ["eins", "zwei"])
+    pieces = use_features._pieces(encoder, ["drei", "vier", "drei"])
+    assert set(encoder["pieces"]) == {"drei", "vier"} and pieces[0] == pieces[2]
 
 
 @pytest.mark.parametrize("setting", [{"width": 0}, {"dropout": 1.0}])
