@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Sequence, Set, Tuple
 
 import numpy
-
 from spacy import displacy
 from spacy.scorer import PRFScore
 from spacy.tokens import Doc, Span

@@ -12,8 +12,8 @@ import spacy
 from spacy.tokens import Span
 from spacy.training import Example
 
-from .decoding import ALGORITHMS, Candidate, Level, decode, levels_from
 from .corpus import read_examples
+from .decoding import ALGORITHMS, Candidate, Level, decode, levels_from
 from .gold import gold_spans, same_tokens, unknown_labels_note
 from .scoring import span_levels
 

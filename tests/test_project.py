@@ -15,8 +15,9 @@ import srsly
 from spacy.tokens import DocBin
 from spacy.util import load_config, registry
 
-from helpers import NESTED, make_examples, small_pipeline
 from spacy_fofe.corpus import CachedCorpus
+
+from helpers import NESTED, make_examples, small_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -102,8 +103,20 @@ def test_ablation_variants_change_only_what_they_name(tmp_path):
     plain = ablation.variant_config(base, "-cluster_prefix_bits")["components"]["fofe_ner"]["model"]["tok2vec"]
     assert tables["cluster_prefix_bits"] and plain == {k: v for k, v in tables.items() if k != "cluster_prefix_bits"}
     assert ablation.variant_config(base, "-hyphen_parts") is None  # conll.cfg has no hyphen parts
-    german = ablation.variant_config(ROOT / "configs" / "germeval.cfg", "-hyphen_parts")
-    assert "hyphen_parts" not in german["components"]["fofe_ner"]["model"]["tok2vec"]
+    german = load_config(ROOT / "configs" / "germeval.cfg")["components"]["fofe_ner"]["model"]["tok2vec"]
+    assert german["*"]["tables"]["hyphen_parts"]
+    changed = ablation.variant_config(ROOT / "configs" / "germeval.cfg", "-hyphen_parts")
+    assert "hyphen_parts" not in changed["components"]["fofe_ner"]["model"]["tok2vec"]["*"]["tables"]
+    # germeval.cfg's USE features out: its tables alone are the tok2vec; a config without them is skipped
+    changed = ablation.variant_config(ROOT / "configs" / "germeval.cfg", "-use_features")
+    assert changed["components"]["fofe_ner"]["model"]["tok2vec"] == german["*"]["tables"]
+    assert ablation.variant_config(ROOT / "configs" / "conll.cfg", "-use_features") is None
+    three = load_config(ROOT / "configs" / "conll_vectors.cfg")
+    parts = dict(three["components"]["fofe_ner"]["model"]["tok2vec"]["*"])
+    three["components"]["fofe_ner"]["model"]["tok2vec"]["*"]["use"] = german["*"]["use"]
+    three.to_disk(tmp_path / "three.cfg")
+    two = ablation.variant_config(tmp_path / "three.cfg", "-use_features")["components"]["fofe_ner"]["model"]
+    assert two["tok2vec"]["@layers"] == "concatenate.v1" and two["tok2vec"]["*"] == parts
     # tables inside a concatenation (as in conll_vectors.cfg) are found there
     nested = load_config(ROOT / "configs" / "conll_vectors.cfg")
     nested["components"]["fofe_ner"]["model"]["tok2vec"]["*"]["hash"]["cluster_prefix_bits"] = [4]
@@ -292,10 +305,29 @@ def test_benchmark_peers_get_the_fofe_configs_hash_tables():
     args = germeval_cnn_args()
     # the word embeddings, inside the lexeme-table wrappers where the configs have them
     _, fofe_embed = benchmark.fofe_embedding(benchmark.fofe_config(args, False))
-    peer_embed = benchmark.spacy_config(args, "spancat", False)["components"]["tok2vec"]["model"]["embed"]
-    peer_embed = peer_embed.get("embed", peer_embed)
+    peer = benchmark.spacy_config(args, "spancat", False)["components"]["tok2vec"]["model"]["embed"]
+    peer_embed = next(block for block in benchmark.blocks(peer) if block.get("rows") is not None
+                      and block.get("@architectures") == "spacy.MultiHashEmbed.v2")
     assert peer_embed["rows"] == fofe_embed["rows"] != benchmark.EMBED["rows"]
     assert (peer_embed["attrs"], peer_embed["width"]) == (fofe_embed["attrs"], fofe_embed["width"])
+
+
+def test_benchmark_peers_get_the_fofe_configs_use_features():
+    """germeval.cfg reads USE's piece embeddings next to its tables; the peers read them too, next to the
+    same tables, and their encoder takes the wider vectors; a config without them changes nothing."""
+    benchmark = load_benchmark_script()
+    args = germeval_cnn_args()
+    fofe_use = benchmark.use_features(benchmark.fofe_config(args, False)["components"]["fofe_ner"]["model"])
+    assert len(fofe_use) == 1 and fofe_use[0]["contextual"] is False
+    tok2vec = benchmark.spacy_config(args, "spancat", False)["components"]["tok2vec"]["model"]
+    assert tok2vec["embed"]["@layers"] == "concatenate.v1"
+    assert tok2vec["embed"]["*"]["use0"] == fofe_use[0]
+    assert tok2vec["embed"]["*"]["hash"]["@architectures"] == benchmark.LEXEME_EMBED
+    assert tok2vec["encode"]["width"] == tok2vec["embed"]["*"]["hash"]["width"] + fofe_use[0]["width"]
+    args.fofe_config = str(ROOT / "configs" / "conll.cfg")
+    tok2vec = benchmark.spacy_config(args, "spancat", False)["components"]["tok2vec"]["model"]
+    assert tok2vec["embed"]["@architectures"] == benchmark.LEXEME_EMBED
+    assert tok2vec["encode"]["width"] == tok2vec["embed"]["width"]
 
 
 def test_benchmark_peers_get_the_fofe_configs_optimizer():

@@ -10,7 +10,8 @@ is not trained again, so an interrupted run resumes; one interrupted in training
 Variants: `full` (the config as it is); `-left_context`, `-right_context`, `-bag_of_words`,
 `-char_fofe` (one feature group off); `-lexeme_tables` (each LexemeTablesEmbed in the config
 replaced by its inner embedding); `-cluster_prefix_bits`, `-hyphen_parts` (that LexemeTablesEmbed option
-off); `+learned_alphas` / `-learned_alphas` (learn_word_alpha and learn_char_alpha on / off);
+off); `-use_features` (each USEFeatures block taken out of its concatenate; one left alone there
+takes the concatenate's place); `+learned_alphas` / `-learned_alphas` (learn_word_alpha and learn_char_alpha on / off);
 `+char_cnn` / `-char_cnn` (the character CNN of the fragment next to the character FOFE);
 `+second_pass` / `-second_pass` (a second scorer that also reads the first pass's decisions);
 `+length_bias` / `-length_bias` (a first-layer row per fragment length); a `+` or `-` variant that
@@ -32,7 +33,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmark import ONE_THREAD, lexeme_tables
+from benchmark import ONE_THREAD, USE_FEATURES, blocks, lexeme_tables
 from results import RESULTS, write_section
 from spacy.util import load_config
 
@@ -41,7 +42,7 @@ OPTIONS = ("char_cnn", "second_pass", "length_bias")  # the model's on / off add
 # Each +x / -x variant and the model settings it switches on / off together.
 SWITCHES = {"learned_alphas": ("learn_word_alpha", "learn_char_alpha"), **{o: (o,) for o in OPTIONS}}
 TABLE_OPTIONS = ("cluster_prefix_bits", "hyphen_parts")  # LexemeTablesEmbed's additions, switched off
-VARIANTS = ("full", *(f"-{g}" for g in GROUPS), "-lexeme_tables", *(f"-{o}" for o in TABLE_OPTIONS),
+VARIANTS = ("full", *(f"-{g}" for g in GROUPS), "-lexeme_tables", *(f"-{o}" for o in TABLE_OPTIONS), "-use_features",
             *(f"{sign}{o}" for o in SWITCHES for sign in "+-"), "+documents", "+both_forms", "+pretraining")
 NEEDS_DOCS = ("+documents", "+both_forms")
 BENCHMARK = Path(__file__).with_name("benchmark.py")
@@ -60,6 +61,9 @@ def variant_config(base: Path, name: str):
             return None
         for section, key in places:
             section[key] = section[key]["embed"]
+    elif name == "-use_features":
+        if not drop_use_features(model):
+            return None
     elif name[1:] in SWITCHES:
         on, settings = name.startswith("+"), SWITCHES[name[1:]]
         if all(model.get(setting, False) == on for setting in settings):
@@ -73,6 +77,21 @@ def variant_config(base: Path, name: str):
         for block in tables:
             block.pop(name[1:])  # back to LexemeTablesEmbed's default, off
     return config
+
+
+def drop_use_features(model: dict) -> bool:
+    """Take every USEFeatures block out of the concatenate that holds it (a concatenate left with one
+    block becomes that block); False when the model has none."""
+    found = False
+    for section in list(blocks(model)):
+        for key, value in list(section.items()):
+            if not isinstance(value, dict) or value.get("@layers") != "concatenate.v1":
+                continue
+            kept = {name: block for name, block in value["*"].items() if block.get("@layers") != USE_FEATURES}
+            if len(kept) < len(value["*"]):
+                found = True
+                section[key] = next(iter(kept.values())) if len(kept) == 1 else {**value, "*": kept}
+    return found
 
 
 def device_options(args) -> list:

@@ -2,9 +2,9 @@
 
 For each system (and each vectors setting) it trains a pipeline (or reuses one whose training
 finished under OUT/<name>), every system with the same --max-steps and the same corpus
-reader, spaCy's peers with the hash tables and the optimizer settings of fofe_ner's config
-(the systems `spancat-stock` and `ner-stock` are spaCy's CPU efficiency configs as `spacy init
-config` writes them, only the n-gram sizes and the reader set);
+reader, spaCy's peers with the hash tables, the lexeme tables, the USE features and the
+optimizer settings of fofe_ner's config (the systems `spancat-stock` and `ner-stock` are spaCy's
+CPU efficiency configs as `spacy init config` writes them, only the n-gram sizes and the reader set);
 fofe_ner's decoding is then tuned on dev (`python -m spacy fofe tune`, into
 OUT/<name>/model-tuned, also reused when present), as the project's own workflows do. It
 measures on the test split, each in a fresh process: P/R/F1 (one scorer for all systems: spans
@@ -60,6 +60,7 @@ def fofe_config(args, vectors: bool):
 
 
 LEXEME_EMBED = "spacy_fofe.LexemeTablesEmbed.v1"
+USE_FEATURES = "spacy_fofe.USEFeatures.v1"
 
 
 def fofe_embedding(fofe):
@@ -89,6 +90,12 @@ def lexeme_tables(model: dict):
             if isinstance(value, dict) and value.get("@architectures") == LEXEME_EMBED]
 
 
+def use_features(model: dict) -> list:
+    """Every USEFeatures block in the model's config (germeval.cfg reads USE's piece embeddings next to
+    its tables): pretrained features the peers get too, so that only the models differ."""
+    return [dict(section) for section in blocks(model) if section.get("@layers") == USE_FEATURES]
+
+
 def peer_embedding(words, vectors: bool, small: bool) -> dict:
     """The hash tables (width, attrs, rows) of the fofe_ner config's word embedding `words`, so that
     the peers embed tokens with the same tables (larger tables lift spancat too); EMBED when it has none."""
@@ -102,7 +109,7 @@ STOCK = "-stock"  # suffix of a system trained with spaCy's config as it is ("sp
 
 def spacy_config(args, system: str, vectors: bool):
     """spaCy's own CPU efficiency config for `system`, with fofe_ner's embedding tables (lexeme tables
-    included) and optimizer (spaCy's init config has weight decay 0.01 and no parameter averaging;
+    and USE features included) and optimizer (spaCy's init config has weight decay 0.01 and no parameter averaging;
     our configs average); for "spancat-stock" and "ner-stock", spaCy's config as it is."""
     pipe = system.removesuffix(STOCK)
     out = subprocess.run([sys.executable, "-m", "spacy", "init", "config", "-", "--lang", args.lang, "--pipeline", pipe,
@@ -124,6 +131,11 @@ def spacy_config(args, system: str, vectors: bool):
     model["embed"]["include_static_vectors"] = vectors
     if tables:  # the same Brown clusters and word frequencies around spaCy's MultiHashEmbed
         model["embed"] = {**tables, "width": settings["width"], "embed": model["embed"]}
+    use = use_features(fofe["components"]["fofe_ner"]["model"])
+    if use:  # next to them, as in fofe_ner's concatenate; the encoder reads both
+        model["embed"] = {"@layers": "concatenate.v1",
+                          "*": {"hash": model["embed"], **{f"use{i}": block for i, block in enumerate(use)}}}
+        model["encode"]["width"] = settings["width"] + sum(block["width"] for block in use)
     config["training"]["optimizer"] = dict(fofe["training"]["optimizer"])
     return config
 
