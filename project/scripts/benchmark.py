@@ -275,7 +275,8 @@ def main() -> None:
     write_reports(rows, Path(args.out), args.nested)
     body = ("Test split; span P/R/F1 over all levels under `sc`; fofe_ner tuned on dev; words/s: `nlp.pipe` over "
             "the test texts, batch 1000, best of 3, one process at a time; peers: spaCy's `ner` / `spancat` with "
-            "fofe_ner's hash tables and optimizer (`-stock`: spaCy's efficiency config as it is). Plot: "
+            "fofe_ner's embeddings (hash tables, lexeme tables, USE features where it has them) and optimizer "
+            "(`-stock`: spaCy's efficiency config as it is). Plot: "
             f"`{(Path(args.out) / 'benchmark.png').as_posix()}`.\n\n" + (Path(args.out) / "benchmark.md").read_text())
     write_section(f"Benchmark on {Path(args.corpus).name}", body, configs=configs, path=Path(args.results))
 
