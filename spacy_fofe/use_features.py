@@ -149,11 +149,11 @@ def _load_encoder():
 
 def _pieces(encoder, words: List[str]) -> List[Tuple[int, ...]]:
     """Each word's piece ids, as USE tokenizes it after a space; a word with none (whitespace) gets <unk>."""
-    known = encoder["pieces"]
-    new = [word for word in set(words) if word not in known]
+    known, unique = encoder["pieces"], set(words)
+    new = [word for word in unique if word not in known]
     if len(known) + len(new) > _MAX_KNOWN_WORDS:
         known.clear()
-        new = list(set(words))
+        new = list(unique)
     if new:
         for word, ids in zip(new, encoder["tokenizer"].encode(new, add_bos=False, add_eos=False)):
             known[word] = tuple(ids) or (_UNKNOWN,)
