@@ -111,6 +111,10 @@ def test_ablation_variants_change_only_what_they_name(tmp_path):
     changed = ablation.variant_config(ROOT / "configs" / "germeval.cfg", "-use_features")
     assert changed["components"]["fofe_ner"]["model"]["tok2vec"] == german["*"]["tables"]
     assert ablation.variant_config(ROOT / "configs" / "conll.cfg", "-use_features") is None
+    # the width the section reports: a concatenate's parts summed
+    assert ablation.token_width(german) == german["*"]["tables"]["width"] + german["*"]["use"]["width"]
+    assert ablation.token_width(changed["components"]["fofe_ner"]["model"]["tok2vec"]) == german["*"]["tables"]["width"]
+    assert ablation.token_width({"@layers": "concatenate.v1", "*": {"a": {"width": 8}, "b": {}}}) is None
     three = load_config(ROOT / "configs" / "conll_vectors.cfg")
     parts = dict(three["components"]["fofe_ner"]["model"]["tok2vec"]["*"])
     three["components"]["fofe_ner"]["model"]["tok2vec"]["*"]["use"] = german["*"]["use"]

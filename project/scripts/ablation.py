@@ -94,6 +94,17 @@ def drop_use_features(model: dict) -> bool:
     return found
 
 
+def token_width(tok2vec: dict):
+    """The width of the token vectors a tok2vec block gives: its own width, or the sum of a
+    concatenate's parts (germeval.cfg: tables next to USE features); None when it does not say."""
+    if "width" in tok2vec:
+        return tok2vec["width"]
+    if tok2vec.get("@layers") == "concatenate.v1":
+        widths = [token_width(part) for part in tok2vec["*"].values()]
+        return None if None in widths else sum(widths)
+    return None
+
+
 def device_options(args) -> list:
     """`--gpu-id N` for the tuning, scoring and timing commands when the trainings run on GPU N."""
     gpu = getattr(args, "gpu_id", -1)
@@ -242,7 +253,7 @@ def main() -> None:
     (out / "ablation.md").write_text(table)
     model = load_config(Path(args.config))["components"]["fofe_ner"]["model"]
     body = (f"Base config `{args.config}` (hidden_width {model['hidden_width']}, token vectors "
-            f"{model['tok2vec'].get('width', '?')} wide). "
+            f"{token_width(model['tok2vec']) or '?'} wide). "
             f"Span F1 under `sc` of each variant's model-best (untuned), {args.max_steps} steps, seed {args.seed}; "
             "`-x`: feature group or resource x off, `+x`: addition x on (see scripts/ablation.py); dev of "
             "+documents is the documents' dev; test on the sentence docs, and on the same text as whole "
