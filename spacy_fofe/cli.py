@@ -193,6 +193,7 @@ def evaluate_cli(
     rows = error_analysis.fate_rows(fates)
     msg.table(rows if nested else rows[:1], header=header, aligns=("l",) + ("r",) * (len(header) - 1),
               title="What became of the gold spans")
+    scores[f"{prefix}_nested"] = nested  # whether the level table above was shown (scripts/errors.py reads it)
     scores[f"{prefix}_gold_fates"] = {level: {fate: fates[level, fate] for fate in error_analysis.FATES}
                                       for level in error_analysis.LEVELS}
     if output is not None:

@@ -93,6 +93,7 @@ def test_evaluate_prints_levels_writes_scores_and_the_error_page(trained, tmp_pa
     assert {"spans_sc_outer_f", "spans_sc_inner_f", "spans_sc_strict_f"} <= set(scores)
     # five gold spans found (one inside "University of Toronto"); "lives" (MISC) scored as no entity
     fates = scores["spans_sc_gold_fates"]
+    assert scores["spans_sc_nested"] is True  # the level table was shown
     assert fates["outer"]["found"] + fates["inner"]["found"] == 5 and fates["inner"]["found"] == 1
     assert fates["outer"]["no entity"] == 1 and sum(map(sum, (f.values() for f in fates.values()))) == 6
     assert "What became of the gold spans" in result.output
@@ -108,8 +109,9 @@ def test_evaluate_on_flat_data_shows_one_level(trained, tmp_path):
     model = tmp_path / "model"
     trained.to_disk(model)
     data = [NESTED[1], ("Ann Lee visited Paris .", [(0, 2, "PER"), (3, 4, "LOC")])]
-    result = run("evaluate", model, gold_file(trained, tmp_path / "flat.spacy", data))
+    result = run("evaluate", model, gold_file(trained, tmp_path / "flat.spacy", data), "--output", tmp_path / "flat.json")
     assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "flat.json").read_text())["spans_sc_nested"] is False
     lines = [" ".join(line.split()) for line in result.output.splitlines()]
     assert "Levels" not in result.output and "What became of the gold spans" in result.output
     assert "outer 4 4 0 0 0 0 0 0 0" in lines and not any(line.startswith("inner ") for line in lines)

@@ -461,6 +461,11 @@ def test_errors_section_of_flat_data_has_one_level():
     assert "| inner" not in text and "| strict" not in text
     fates["inner"]["found"] = 1
     assert "| inner | 1 | 1 (100.0%) | 0 (0.0%) |" in errors.report(scores, "m", "d", "sc", "")
+    # no inner gold, but inner spans predicted (all wrong: inner P 0): `fofe evaluate` shows the levels, so does this
+    fates["inner"]["found"] = 0
+    text = errors.report({**scores, "spans_sc_nested": True}, "m", "d", "sc", "")
+    assert "| inner | 0.00 | 0.00 | 0.00 |" in text and "| strict |" in text
+    assert "| inner" not in errors.report({**scores, "spans_sc_nested": False}, "m", "d", "sc", "")
 
 
 def test_results_commit_is_marked_changed_by_code_edits_not_by_the_results_file(tmp_path, monkeypatch):
