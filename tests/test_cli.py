@@ -109,7 +109,8 @@ def test_evaluate_on_flat_data_shows_one_level(trained, tmp_path):
     model = tmp_path / "model"
     trained.to_disk(model)
     data = [NESTED[1], ("Ann Lee visited Paris .", [(0, 2, "PER"), (3, 4, "LOC")])]
-    result = run("evaluate", model, gold_file(trained, tmp_path / "flat.spacy", data), "--output", tmp_path / "flat.json")
+    flat = gold_file(trained, tmp_path / "flat.spacy", data)
+    result = run("evaluate", model, flat, "--output", tmp_path / "flat.json")
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "flat.json").read_text())["spans_sc_nested"] is False
     lines = [" ".join(line.split()) for line in result.output.splitlines()]

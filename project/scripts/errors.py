@@ -20,8 +20,8 @@ def report(scores: dict, model: str, data: str, key: str, config: str) -> str:
     trained = f" (trained with `{config}`, decoding tuned on dev)" if config else ""
     fates = scores.get(f"{prefix}_gold_fates") or {}
     # As `fofe evaluate` decided (inner spans in gold or predictions); older score files lack the flag.
-    nested = scores.get(f"{prefix}_nested", bool(sum(fates.get("inner", {}).values()) or scores.get(f"{prefix}_inner_p")))
-    flat = not nested
+    inner = bool(sum(fates.get("inner", {}).values()) or scores.get(f"{prefix}_inner_p"))
+    flat = not scores.get(f"{prefix}_nested", inner)
     levels = ("span P/R/F (flat data: one level)" if flat else "span P/R/F per level (strict: both levels, each span "
               "counted on its own level, GermEval 2014's official metric)")
     lines = [f"`spacy fofe evaluate {model} {data}`{trained}: {levels} under `{key}`, what became of each level's "
