@@ -134,6 +134,24 @@ def test_ablation_variants_change_only_what_they_name(tmp_path):
     assert ablation.variant_config(ROOT / "configs" / "demo.cfg", "-lexeme_tables") is None  # demo has no tables
 
 
+def test_ablation_commands_of_the_project_name_variants_that_apply_to_their_configs():
+    """A wrong variant in project.yml would surface only hours into `spacy project run ablation-*`."""
+    ablation = load_benchmark_script("ablation")
+    project = srsly.read_yaml(ROOT / "project" / "project.yml")
+    runs = [re.sub(r"\$\{vars\.(\w+)\}", lambda m: str(project["vars"][m.group(1)]), line)
+            for command in project["commands"] for line in command.get("script", []) if "scripts/ablation.py" in line]
+    assert len(runs) >= 2  # ablation-conll and ablation-germeval
+    for line in runs:
+        words = line.split()
+        option = {flag: words[i + 1] for i, flag in enumerate(words[:-1]) if flag.startswith("--")}
+        variants = option["--variants"].split(",")
+        assert set(variants) <= set(ablation.VARIANTS), line
+        config = ROOT / "project" / option["--config"]
+        assert all(ablation.variant_config(config, name) is not None for name in variants), line
+        assert "--docs-corpus" in option or not set(variants) & set(ablation.NEEDS_DOCS), line
+        assert "--raw-text" in option or "+pretraining" not in variants, line
+
+
 def test_ablation_trains_both_forms_from_one_folder_each(tmp_path):
     ablation = load_benchmark_script("ablation")
     for form in ("sentences", "documents"):
