@@ -439,7 +439,8 @@ class FOFENER(TrainablePipe):
         if not 0.0 < teacher_weight <= 1.0:
             raise ValueError(f"[{self.name}] teacher_weight must be in (0, 1], got {teacher_weight}")
         if teacher is not None:
-            self._teacher = Teacher(teacher, self.name, self.labels, self.vocab, teacher_weight)
+            self._teacher = Teacher(teacher, self.name, self.labels, self.vocab, teacher_weight,
+                                    max_length=self.cfg["max_length"])
         if self.cfg["nested"] is None:
             self.cfg["nested"] = stats.nested > 0
         sample = list(islice(get_examples(), 10))

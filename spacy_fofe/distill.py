@@ -6,10 +6,16 @@ such a pipeline as its teacher (`[initialize.components.fofe_ner] teacher = "pat
 model learns, for each training fragment, a mix of the gold label and the teacher's
 probabilities: how likely each label is, which a one-hot gold label does not say. The teacher
 runs only in training; the trained pipeline neither needs nor contains it.
+
+The teacher scores each training doc once, every fragment of it, and keeps the table: training
+sees each doc in many epochs, and a teacher (an ensemble, a transformer) costs more than the
+student, so scoring it again every step would make training several times slower. The tables
+take len(doc) x max_length x (labels + 1) floats per doc, up to CACHE_BYTES in all; docs beyond
+that are scored afresh each time they come.
 """
 
 from pathlib import Path
-from typing import List, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy
 import spacy
@@ -18,8 +24,11 @@ from spacy.vocab import Vocab
 from thinc.api import to_numpy
 from thinc.types import Floats2d
 
+from .fragments import enumerate_fragments
 from .model import ENSEMBLE
 from .vectors import same_vectors
+
+CACHE_BYTES = 2 * 1024 ** 3  # the teacher's tables kept for later epochs: GermEval's training set takes 0.2 GB
 
 
 class Teacher:
@@ -32,10 +41,13 @@ class Teacher:
     vocab: the student's vocab; a teacher with word vectors needs the same vectors, since it
         reads them from the student's docs.
     weight: the teacher's share of each fragment's target (soft_targets).
+    max_length: the longest fragment the student asks about (its max_length); the teacher's own
+        when None.
+    cache_bytes: how many bytes of tables to keep for docs seen again (the module docstring).
     """
 
     def __init__(self, path: Union[str, Path], component: str, labels: Sequence[str], vocab: Vocab,
-                 weight: float = 0.5):
+                 weight: float = 0.5, max_length: Optional[int] = None, cache_bytes: int = CACHE_BYTES):
         nlp = spacy.load(path)
         if component not in nlp.pipe_names:
             raise ValueError(f"the teacher {path} has no component {component!r}; its components: {nlp.pipe_names}")
@@ -54,9 +66,46 @@ class Teacher:
         # The components before the teacher's fofe_ner (a tok2vec or transformer its listener reads).
         self.upstream = [proc for _, proc in nlp.pipeline[:nlp.pipe_names.index(component)]]
         self.columns = numpy.asarray([0] + [pipe.labels.index(label) + 1 for label in labels])
+        self.max_length = pipe.cfg["max_length"] if max_length is None else max_length
+        self.cache_bytes = cache_bytes
+        self._tables: Dict[Tuple[str, bytes], numpy.ndarray] = {}
+        self._cached_bytes = 0
 
     def probabilities(self, docs: List[Doc], fragments: numpy.ndarray) -> numpy.ndarray:
-        """The teacher's probability of NONE and of each student label, a row per fragment."""
+        """The teacher's probability of NONE and of each student label, a row per fragment
+        ((doc index, start, end) rows of at most max_length tokens)."""
+        lengths = fragments[:, 2] - fragments[:, 1]
+        if len(fragments) and (lengths.min() < 1 or lengths.max() > self.max_length):
+            raise ValueError(f"the teacher scores fragments of 1 to {self.max_length} tokens, "
+                             f"asked for {int(lengths.min())} to {int(lengths.max())}")
+        keys = [(doc.text, doc.to_array("IDX").tobytes()) for doc in docs]
+        tables = {key: self._tables[key] for key in keys if key in self._tables}
+        missing = list({key: doc for key, doc in zip(keys, docs) if key not in tables}.items())
+        if missing:
+            for (key, _), table in zip(missing, self._score_whole([doc for _, doc in missing])):
+                tables[key] = table
+                if self._cached_bytes + table.nbytes <= self.cache_bytes:
+                    self._tables[key] = table
+                    self._cached_bytes += table.nbytes
+        if not keys:
+            return numpy.zeros((0, len(self.columns)), dtype="float32")
+        batch = numpy.concatenate([tables[key] for key in keys])
+        offsets = numpy.cumsum([0] + [len(doc) for doc in docs])[:-1]
+        return batch[offsets[fragments[:, 0]] + fragments[:, 1], lengths - 1]
+
+    def _score_whole(self, docs: List[Doc]) -> List[numpy.ndarray]:
+        """Per doc, a (len(doc), max_length, columns) table: row [start, length - 1] holds the
+        probabilities of the fragment start..start + length (zeros past the doc's end)."""
+        lengths = [len(doc) for doc in docs]
+        fragments = enumerate_fragments(lengths, self.max_length)
+        table = numpy.zeros((sum(lengths), self.max_length, len(self.columns)), dtype="float32")
+        offsets = numpy.cumsum([0] + lengths)[:-1]
+        table[offsets[fragments[:, 0]] + fragments[:, 1], fragments[:, 2] - fragments[:, 1] - 1] = \
+            self._score(docs, fragments)
+        return numpy.split(table, numpy.cumsum(lengths)[:-1])
+
+    def _score(self, docs: List[Doc], fragments: numpy.ndarray) -> numpy.ndarray:
+        """The teacher run on these fragments: a row per fragment, in the student's columns."""
         if self.upstream:
             docs = [doc.copy() for doc in docs]  # the teacher's annotations stay off the student's docs
             for proc in self.upstream:

@@ -75,6 +75,34 @@ def test_teacher_columns_follow_the_students_labels(teacher_path, trained):
     numpy.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-6)
 
 
+def test_the_teacher_scores_each_doc_once_and_answers_from_its_tables(teacher_path, trained, monkeypatch):
+    teacher = Teacher(teacher_path, "fofe_ner", LABELS, spacy.blank("en").vocab, max_length=3)
+    docs = [trained.make_doc(text) for text, _ in NESTED]
+    fragments = enumerate_fragments([len(doc) for doc in docs], 3)
+    direct = teacher._score(docs, fragments)
+    first = teacher.probabilities(docs, fragments)
+    numpy.testing.assert_allclose(first, direct, atol=1e-6)
+    scored = []
+    monkeypatch.setattr(teacher, "_score", lambda d, f: scored.append(len(d)) or direct[:0])
+    # Later epochs: new Doc objects of the same texts, a subset of fragments, in another order.
+    again = [trained.make_doc(text) for text, _ in reversed(NESTED)]
+    rows = numpy.arange(0, len(fragments), 3)
+    flipped = fragments[rows].copy()
+    flipped[:, 0] = len(docs) - 1 - flipped[:, 0]
+    numpy.testing.assert_allclose(teacher.probabilities(again, flipped), direct[rows], atol=1e-6)
+    assert scored == []
+    with pytest.raises(ValueError, match="fragments of 1 to 3 tokens, asked for 1 to 4"):
+        teacher.probabilities(docs, enumerate_fragments([len(doc) for doc in docs], 4))
+
+
+def test_docs_past_the_teachers_cache_are_scored_each_time(teacher_path, trained):
+    teacher = Teacher(teacher_path, "fofe_ner", LABELS, spacy.blank("en").vocab, max_length=3, cache_bytes=0)
+    docs = [trained.make_doc(text) for text, _ in NESTED]
+    fragments = enumerate_fragments([len(doc) for doc in docs], 3)
+    numpy.testing.assert_allclose(teacher.probabilities(docs, fragments), teacher._score(docs, fragments), atol=1e-6)
+    assert teacher._tables == {}
+
+
 def test_a_teacher_reading_a_listener_gets_its_tok2vec_run_on_copies(tmp_path):
     spacy.util.fix_random_seed(0)
     config = spacy.util.load_config_from_str(LISTENER_PIPELINE)
