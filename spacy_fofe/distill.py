@@ -24,7 +24,7 @@ from spacy.vocab import Vocab
 from thinc.api import to_numpy
 from thinc.types import Floats2d
 
-from .fragments import enumerate_fragments
+from .fragments import enumerate_fragments, flat_bounds
 from .model import ENSEMBLE
 from .vectors import same_vectors
 
@@ -80,18 +80,17 @@ class Teacher:
                              f"asked for {int(lengths.min())} to {int(lengths.max())}")
         keys = [(doc.text, doc.to_array("IDX").tobytes()) for doc in docs]
         tables = {key: self._tables[key] for key in keys if key in self._tables}
-        missing = list({key: doc for key, doc in zip(keys, docs) if key not in tables}.items())
+        missing = {key: doc for key, doc in zip(keys, docs) if key not in tables}
         if missing:
-            for (key, _), table in zip(missing, self._score_whole([doc for _, doc in missing])):
+            for key, table in zip(missing, self._score_whole(list(missing.values()))):
                 tables[key] = table
                 if self._cached_bytes + table.nbytes <= self.cache_bytes:
                     self._tables[key] = table
                     self._cached_bytes += table.nbytes
         if not keys:
             return numpy.zeros((0, len(self.columns)), dtype="float32")
-        batch = numpy.concatenate([tables[key] for key in keys])
-        offsets = numpy.cumsum([0] + [len(doc) for doc in docs])[:-1]
-        return batch[offsets[fragments[:, 0]] + fragments[:, 1], lengths - 1]
+        first, _ = flat_bounds(fragments, [len(doc) for doc in docs])
+        return numpy.concatenate([tables[key] for key in keys])[first, lengths - 1]
 
     def _score_whole(self, docs: List[Doc]) -> List[numpy.ndarray]:
         """Per doc, a (len(doc), max_length, columns) table: row [start, length - 1] holds the
@@ -99,9 +98,8 @@ class Teacher:
         lengths = [len(doc) for doc in docs]
         fragments = enumerate_fragments(lengths, self.max_length)
         table = numpy.zeros((sum(lengths), self.max_length, len(self.columns)), dtype="float32")
-        offsets = numpy.cumsum([0] + lengths)[:-1]
-        table[offsets[fragments[:, 0]] + fragments[:, 1], fragments[:, 2] - fragments[:, 1] - 1] = \
-            self._score(docs, fragments)
+        first, end = flat_bounds(fragments, lengths)
+        table[first, end - first - 1] = self._score(docs, fragments)
         return numpy.split(table, numpy.cumsum(lengths)[:-1])
 
     def _score(self, docs: List[Doc], fragments: numpy.ndarray) -> numpy.ndarray:
