@@ -10,7 +10,9 @@ CPU. Its weights (8-bit, 30 MB) and pure-Python tokenizer come from the
 that uses this layer needs wherever it runs; nothing is downloaded.
 
 `contextual=False` reads only the pieces' embedding rows (no CNN): part of the gain at a small
-share of the cost.
+share of the cost. `sentence=True` also gives every token the doc's USE sentence vector (the
+encoder's pooling head over all the doc's pieces): what the whole doc is about, which the CNN's
+few pieces either side do not see; it costs little more than the CNN it is pooled from.
 """
 
 import os
@@ -37,15 +39,21 @@ _MAX_KNOWN_WORDS = 1_000_000
 
 
 @registry.layers("spacy_fofe.USEFeatures.v1")
-def USEFeatures(width: int = 64, contextual: bool = True, dropout: float = 0.1) -> Model[List[Doc], List[Floats2d]]:
-    """Each token's USE features (its pieces' mean), projected to `width` by a trained layer."""
+def USEFeatures(width: int = 64, contextual: bool = True, dropout: float = 0.1,
+                sentence: bool = False) -> Model[List[Doc], List[Floats2d]]:
+    """Each token's USE features (its pieces' mean, and with `sentence` its doc's sentence vector),
+    projected to `width` by a trained layer."""
+    if sentence and not contextual:
+        raise ValueError("spacy_fofe.USEFeatures.v1: sentence = true needs contextual = true "
+                         "(the sentence vector is pooled from the CNN's features)")
     if width < 1:
         raise ValueError(f"spacy_fofe.USEFeatures.v1: width must be at least 1, got {width}")
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"spacy_fofe.USEFeatures.v1: dropout must be in [0, 1), got {dropout}")
-    encoder = Model("use_encoder", _encoder_forward, attrs={"contextual": contextual, "cache": _TrainingCache()},
-                    dims={"nO": _feature_width(contextual)})
-    projection = with_array(chain_layers(Linear(width, _feature_width(contextual)), Dropout(dropout)))
+    n_features = _feature_width(contextual, sentence)
+    encoder = Model("use_encoder", _encoder_forward, dims={"nO": n_features},
+                    attrs={"contextual": contextual, "sentence": sentence, "cache": _TrainingCache()})
+    projection = with_array(chain_layers(Linear(width, n_features), Dropout(dropout)))
     return chain_layers(encoder, projection)
 
 
@@ -69,18 +77,18 @@ class _TrainingCache:
         self.__init__(*state)
 
 
-def _feature_width(contextual: bool) -> int:
-    return 512 + 3 * 256 if contextual else 512
+def _feature_width(contextual: bool, sentence: bool = False) -> int:
+    return (512 + 3 * 256 if contextual else 512) + (512 if sentence else 0)
 
 
 def _encoder_forward(model: Model, docs: List[Doc], is_train: bool):
-    contextual = model.attrs["contextual"]
+    contextual, sentence = model.attrs["contextual"], model.attrs.get("sentence", False)
     keys = [tuple(token.text for token in doc) for doc in docs]
     if not is_train:  # predictions never read the cache, so they do not depend on what was trained
-        return [model.ops.asarray2f(x) for x in doc_features(keys, contextual)], lambda d_output: []
+        return [model.ops.asarray2f(x) for x in doc_features(keys, contextual, sentence)], lambda d_output: []
     cache = model.attrs["cache"]
     missing = [i for i, key in enumerate(keys) if key not in cache.features]
-    features = dict(zip(missing, doc_features([keys[i] for i in missing], contextual)))
+    features = dict(zip(missing, doc_features([keys[i] for i in missing], contextual, sentence)))
     for i in missing:
         cache.add(keys[i], features[i])
     output = [features[i] if i in features else cache.features[key].astype(numpy.float32)
@@ -88,20 +96,21 @@ def _encoder_forward(model: Model, docs: List[Doc], is_train: bool):
     return [model.ops.asarray2f(x) for x in output], lambda d_output: []
 
 
-def doc_features(docs: Sequence[Sequence[str]], contextual: bool = True) -> List[numpy.ndarray]:
-    """USE features of each doc's tokens, (n_tokens, 1280) or (n_tokens, 512), a few docs per pass."""
+def doc_features(docs: Sequence[Sequence[str]], contextual: bool = True, sentence: bool = False) -> List[numpy.ndarray]:
+    """USE features of each doc's tokens, (n_tokens, 1280) or (n_tokens, 512), a few docs per pass;
+    with `sentence`, the doc's sentence vector after each token's row (1792 columns)."""
     encoder = _load_encoder() if docs else None
     features: List[numpy.ndarray] = []
     start = tokens = 0
     for i, doc in enumerate(docs):
         tokens += len(doc)
         if tokens >= _CHUNK_TOKENS or i == len(docs) - 1:
-            features.extend(_chunk_features(encoder, docs[start:i + 1], contextual))
+            features.extend(_chunk_features(encoder, docs[start:i + 1], contextual, sentence))
             start, tokens = i + 1, 0
     return features
 
 
-def _chunk_features(encoder, docs: Sequence[Sequence[str]], contextual: bool) -> List[numpy.ndarray]:
+def _chunk_features(encoder, docs: Sequence[Sequence[str]], contextual: bool, sentence: bool) -> List[numpy.ndarray]:
     words = list(chain.from_iterable(docs))
     pieces = _pieces(encoder, words)
     counts = numpy.fromiter(map(len, pieces), dtype=numpy.int64, count=len(pieces))
@@ -119,15 +128,34 @@ def _chunk_features(encoder, docs: Sequence[Sequence[str]], contextual: bool) ->
     flat[numpy.repeat(markers_before, counts) + numpy.arange(n_pieces)] = numpy.fromiter(
         chain.from_iterable(pieces), dtype=numpy.int64, count=n_pieces)
     piece_features = _encode(encoder, flat, doc_pieces, contextual)
+    n_columns = _feature_width(contextual, sentence)
     if not words:
-        return [piece_features[:0] for _ in docs]
+        return [numpy.zeros((0, n_columns), dtype=numpy.float32) for _ in docs]
     # The mean over a token's pieces: its first piece, then its further pieces in turn.
     out = piece_features[first]
     for k in range(1, int(counts.max())):
         longer = numpy.flatnonzero(counts > k)
         out[longer] += piece_features[first[longer] + k]
     out /= counts[:, None]
+    if sentence:
+        vectors = _sentence_vectors(encoder, piece_features, doc_starts, doc_pieces)
+        out = numpy.concatenate([out, vectors[doc_of_token]], axis=1)
     return numpy.split(out, numpy.cumsum(doc_lengths)[:-1])
+
+
+def _sentence_vectors(encoder, piece_features: numpy.ndarray, starts: numpy.ndarray,
+                      lengths: numpy.ndarray) -> numpy.ndarray:
+    """Each doc's USE sentence vector from its pieces' features: the package's pooling head
+    (`NumpyBackend._encode_batch` after the CNN), for all the docs at once."""
+    b = encoder["backend"]
+    n = lengths.astype(numpy.float32)[:, None]
+    mean = numpy.add.reduceat(piece_features, starts, axis=0) @ b.cnn_W + n * b.cnn_b
+    mean /= numpy.sqrt(n)
+    y0 = numpy.maximum(mean @ b.d0, 0)
+    y1 = numpy.maximum(mean @ b.p1 + y0 @ b.d1, 0)
+    z = numpy.tanh(y1 @ b.p3 + numpy.maximum(y1 @ b.d2, 0) @ b.d3)
+    z /= numpy.sqrt(numpy.clip(numpy.einsum("ij,ij->i", z, z), b.eps, None))[:, None]
+    return z.astype(numpy.float32)
 
 
 def _load_encoder():

