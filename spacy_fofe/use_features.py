@@ -12,7 +12,9 @@ that uses this layer needs wherever it runs; nothing is downloaded.
 `contextual=False` reads only the pieces' embedding rows (no CNN): part of the gain at a small
 share of the cost. `sentence=True` also gives every token the doc's USE sentence vector (the
 encoder's pooling head over all the doc's pieces): what the whole doc is about, which the CNN's
-few pieces either side do not see; it costs little more than the CNN it is pooled from.
+few pieces either side do not see; it costs little more than the CNN it is pooled from. fofe_ner
+scores a doc longer than its window (8,192 tokens) window by window, so there each window's
+tokens get that window's vector (its tokens and context margins) instead of the whole doc's.
 """
 
 import os

@@ -121,8 +121,24 @@ def test_bad_settings_are_refused(setting):
 
 
 @pytest.mark.parametrize("sentence", [False, True])
-def test_fofe_ner_over_use_features_learns_the_nested_spans(sentence):
+def test_fofe_ner_over_use_features_learns_the_nested_spans_and_scores_long_docs_in_windows(sentence, monkeypatch):
+    from spacy_fofe import component
+
     use = {"@layers": "spacy_fofe.USEFeatures.v1", "width": 16, "contextual": True, "sentence": sentence}
     tok2vec = {"@layers": "concatenate.v1", "*": {"embed": WORD_DROPOUT_EMBED, "use": use}}
     nlp = overfit_with_tok2vec(spacy.blank("en"), tok2vec)
     assert len(nlp(NESTED[0][0]).spans["sc"]) == len(NESTED[0][1])
+    ner = nlp.get_pipe("fofe_ner")
+    doc = nlp.make_doc(" ".join(text for text, _ in NESTED * 30))
+    fragments, whole = ner.predict([doc])
+    monkeypatch.setattr(component, "WINDOW_TOKENS", 300)
+    _, windowed = ner.predict([doc])
+    if not sentence:  # the CNN reads a few pieces: the windows' margins cover it
+        numpy.testing.assert_allclose(windowed, whole, atol=1e-5)
+        return
+    # The sentence vector is the window's (its tokens and margins), as if that span were a doc of its own.
+    assert numpy.abs(windowed - whole).max() > 1e-4
+    last = ner._window_margin() + 300
+    rows = fragments[:, 1] < 300
+    _, alone = ner.predict([doc[:last].as_doc()])
+    numpy.testing.assert_allclose(windowed[rows], alone[:rows.sum()], atol=1e-5)
