@@ -29,8 +29,8 @@ from thinc.api import chain as chain_layers
 from thinc.types import Floats2d
 
 _BOS, _EOS, _UNKNOWN = 1, 2, 0
-# Per-doc features kept while training (float16, 2.5 kB a token with the CNN): a training set's
-# docs come back every epoch, and the frozen encoder costs more than the rest of a step.
+# Per-doc features kept while training (float16, 2.5 kB a token with the CNN, 3.5 kB with sentence):
+# a training set's docs come back every epoch, and the frozen encoder costs more than the rest of a step.
 _TRAINING_CACHE_TOKENS = 600_000
 _ENCODER: Dict[str, object] = {}
 # Tokens encoded in one pass: the arrays stay cache-sized, faster than one pass over a whole batch.
@@ -84,7 +84,7 @@ def _feature_width(contextual: bool, sentence: bool = False) -> int:
 
 
 def _encoder_forward(model: Model, docs: List[Doc], is_train: bool):
-    contextual, sentence = model.attrs["contextual"], model.attrs.get("sentence", False)
+    contextual, sentence = model.attrs["contextual"], model.attrs["sentence"]
     keys = [tuple(token.text for token in doc) for doc in docs]
     if not is_train:  # predictions never read the cache, so they do not depend on what was trained
         return [model.ops.asarray2f(x) for x in doc_features(keys, contextual, sentence)], lambda d_output: []
