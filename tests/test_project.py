@@ -3,6 +3,7 @@
 import argparse
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -171,7 +172,7 @@ def test_ablation_trains_both_forms_from_one_folder_each(tmp_path):
 def test_an_interrupted_training_is_trained_again_not_reused(tmp_path, monkeypatch):
     """A killed `spacy train` leaves a model-best of its last evaluation: the benchmark, the
     ablation and the ensemble script reuse only trainings that finished, and drop what was derived
-    from the old model."""
+    from the old model; the ensemble script also trains again when its overrides or a teacher changed."""
     benchmark, ablation = load_benchmark_script(), load_benchmark_script("ablation")
     commands = []
     monkeypatch.setattr(benchmark, "run_measured", lambda command: (commands.append(command), (1.0, 10.0))[1])
@@ -210,6 +211,17 @@ def test_an_interrupted_training_is_trained_again_not_reused(tmp_path, monkeypat
     assert not (tmp_path / "ens" / "distilled0").exists()  # its teacher held the old seed 1
     ensemble.train_seed(args, 1)
     assert len(commands) == 3  # finished: reused
+    teacher = tmp_path / "teacher"
+    teacher.mkdir()
+    args.overrides = ["--initialize.components.fofe_ner.teacher", str(teacher)]
+    ensemble.train_seed(args, 1)
+    assert len(commands) == 4  # other overrides: trained again
+    ensemble.train_seed(args, 1)
+    assert len(commands) == 4
+    later = (seed / ablation.FINISHED).stat().st_mtime + 10
+    os.utime(teacher, (later, later))
+    ensemble.train_seed(args, 1)
+    assert len(commands) == 5  # a teacher changed since: trained again
 
 
 def test_every_project_command_names_each_dependency_and_output_as_a_path():

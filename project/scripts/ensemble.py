@@ -6,8 +6,8 @@ merged (`spacy fofe ensemble`); each model tuned on dev, then scored on test and
 With --no-ensembles, only the seeds alone (a config whose fofe_ner reads a shared transformer
 cannot be merged).
 
-A seed whose training finished (OUT/seedS/trained.json) is not trained again, so an interrupted
-run resumes. Rows: each seed alone, each ensemble; their means by size answer "what does a user
+A seed whose training finished (OUT/seedS/trained.json) with the same overrides, and whose teacher
+did not change since, is not trained again, so an interrupted run resumes. Rows: each seed alone, each ensemble; their means by size answer "what does a user
 gain from k models", since a single ensemble's figure hides the seed noise. Words/s: `nlp.pipe`
 over the test texts, batch 1000, best of 3 (as scripts/benchmark.py measures), in --speed-rounds
 alternating rounds, the best kept; the cost of an ensemble is its ratio to the first seed alone.
@@ -43,7 +43,8 @@ def train_seed(args, seed: int, name: str = "", extra: tuple = ()) -> Path:
     models (their teacher is the ensemble of all seeds), and the upstream components taken from it."""
     name = name or f"seed{seed}"
     out = Path(args.out) / name
-    if (out / FINISHED).exists() and (out / "model-best").exists():
+    overrides = [str(option) for option in [*args.overrides, *extra]]
+    if reusable(out, overrides):
         return out / "model-best"
     made_from = []
     if name.startswith("seed"):
@@ -56,11 +57,22 @@ def train_seed(args, seed: int, name: str = "", extra: tuple = ()) -> Path:
     for scores in out.glob("*.json"):
         scores.unlink()
     corpus = Path(args.corpus)
-    overrides = [*args.overrides, *extra]
     run([sys.executable, "-m", "spacy", "train", args.config, "--output", out, "--paths.train",
          corpus / "train.spacy", "--paths.dev", corpus / "dev.spacy", "--system.seed", seed, *overrides])
     (out / FINISHED).write_text(json.dumps({"seed": seed, "config": args.config, "overrides": overrides}))
     return out / "model-best"
+
+
+def reusable(out: Path, overrides: list) -> bool:
+    """Whether OUT holds a finished training with these spacy train overrides, none of the paths they
+    name (a teacher, vectors) changed since: a retrained teacher makes its students train again."""
+    record = out / FINISHED
+    if not (record.exists() and (out / "model-best").exists()):
+        return False
+    if json.loads(record.read_text()).get("overrides") != overrides:
+        return False
+    return not any(Path(option).exists() and Path(option).stat().st_mtime > record.stat().st_mtime
+                   for option in overrides)
 
 
 def tuned(args, name: str, model: Path) -> Path:
