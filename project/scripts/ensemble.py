@@ -7,8 +7,9 @@ With --no-ensembles, only the seeds alone (a config whose fofe_ner reads a share
 cannot be merged).
 
 A seed whose training finished (OUT/seedS/trained.json) with the same overrides, and whose teacher
-did not change since, is not trained again, so an interrupted run resumes. Rows: each seed alone, each ensemble; their means by size answer "what does a user
-gain from k models", since a single ensemble's figure hides the seed noise. Words/s: `nlp.pipe`
+did not change since, is not trained again, so an interrupted run resumes. Rows: each seed alone,
+each ensemble; their means by size answer "what does a user gain from k models", since a single
+ensemble's figure hides the seed noise. Words/s: `nlp.pipe`
 over the test texts, batch 1000, best of 3 (as scripts/benchmark.py measures), in --speed-rounds
 alternating rounds, the best kept; the cost of an ensemble is its ratio to the first seed alone.
 When the pipeline runs components before fofe_ner (conll_accurate.cfg's OntoNotes ner), they are
