@@ -172,7 +172,8 @@ def test_ablation_trains_both_forms_from_one_folder_each(tmp_path):
 def test_an_interrupted_training_is_trained_again_not_reused(tmp_path, monkeypatch):
     """A killed `spacy train` leaves a model-best of its last evaluation: the benchmark, the
     ablation and the ensemble script reuse only trainings that finished, and drop what was derived
-    from the old model; the ensemble script also trains again when its overrides or a teacher changed."""
+    from the old model; the ensemble script also trains again when its config (name or file), its
+    overrides or a teacher changed."""
     benchmark, ablation = load_benchmark_script(), load_benchmark_script("ablation")
     commands = []
     monkeypatch.setattr(benchmark, "run_measured", lambda command: (commands.append(command), (1.0, 10.0))[1])
@@ -199,7 +200,9 @@ def test_an_interrupted_training_is_trained_again_not_reused(tmp_path, monkeypat
 
     ensemble = load_benchmark_script("ensemble")
     monkeypatch.setattr(ensemble, "run", commands.append)
-    args = argparse.Namespace(out=str(tmp_path / "ens"), config="demo.cfg", corpus="corpus", overrides=[])
+    args = argparse.Namespace(out=str(tmp_path / "ens"), config=str(tmp_path / "ens.cfg"), corpus="corpus",
+                              overrides=[])
+    Path(args.config).write_text("")
     seed = tmp_path / "ens" / "seed1"
     for made in ("seed1/model-best", "seed1/model-tuned", "ensemble0+1/model-best", "ensemble0+2/model-best",
                  "distilled0/model-best"):
@@ -222,6 +225,13 @@ def test_an_interrupted_training_is_trained_again_not_reused(tmp_path, monkeypat
     os.utime(teacher, (later, later))
     ensemble.train_seed(args, 1)
     assert len(commands) == 5  # a teacher changed since: trained again
+    later = (seed / ablation.FINISHED).stat().st_mtime + 10
+    os.utime(args.config, (later, later))
+    ensemble.train_seed(args, 1)
+    assert len(commands) == 6  # the config edited since: trained again
+    args.config = str(tmp_path / "other.cfg")
+    ensemble.train_seed(args, 1)
+    assert len(commands) == 7  # another config: trained again
 
 
 def test_every_project_command_names_each_dependency_and_output_as_a_path():

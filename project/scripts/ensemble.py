@@ -45,7 +45,7 @@ def train_seed(args, seed: int, name: str = "", extra: tuple = ()) -> Path:
     name = name or f"seed{seed}"
     out = Path(args.out) / name
     overrides = [str(option) for option in [*args.overrides, *extra]]
-    if reusable(out, overrides):
+    if reusable(out, overrides, args.config):
         return out / "model-best"
     made_from = []
     if name.startswith("seed"):
@@ -64,16 +64,18 @@ def train_seed(args, seed: int, name: str = "", extra: tuple = ()) -> Path:
     return out / "model-best"
 
 
-def reusable(out: Path, overrides: list) -> bool:
-    """Whether OUT holds a finished training with these spacy train overrides, none of the paths they
-    name (a teacher, vectors) changed since: a retrained teacher makes its students train again."""
+def reusable(out: Path, overrides: list, config: str) -> bool:
+    """Whether OUT holds a finished training of this config with these spacy train overrides, neither
+    the config file nor a path they name (a teacher, vectors) changed since: a retrained teacher makes
+    its students train again, and so does an edited config."""
     record = out / FINISHED
     if not (record.exists() and (out / "model-best").exists()):
         return False
-    if json.loads(record.read_text()).get("overrides") != overrides:
+    finished = json.loads(record.read_text())
+    if finished.get("config") != config or finished.get("overrides") != overrides:
         return False
     return not any(Path(option).exists() and Path(option).stat().st_mtime > record.stat().st_mtime
-                   for option in overrides)
+                   for option in [config, *overrides])
 
 
 def tuned(args, name: str, model: Path) -> Path:
