@@ -225,6 +225,10 @@ def test_an_interrupted_training_is_trained_again_not_reused(tmp_path, monkeypat
     os.utime(teacher, (later, later))
     ensemble.train_seed(args, 1)
     assert len(commands) == 5  # a teacher changed since: trained again
+    earlier = (seed / ablation.FINISHED).stat().st_mtime - 10
+    os.utime(teacher, (earlier, earlier))  # dated into the future above
+    ensemble.train_seed(args, 1)
+    assert len(commands) == 5  # config and teacher unchanged since: reused
     later = (seed / ablation.FINISHED).stat().st_mtime + 10
     os.utime(args.config, (later, later))
     ensemble.train_seed(args, 1)
