@@ -6,14 +6,14 @@ merged (`spacy fofe ensemble`); each model tuned on dev, then scored on test and
 With --no-ensembles, only the seeds alone (a config whose fofe_ner reads a shared transformer
 cannot be merged).
 
-A seed whose training finished (OUT/seedS/trained.json) with the same overrides, and whose teacher
-did not change since, is not trained again, so an interrupted run resumes. Rows: each seed alone,
-each ensemble; their means by size answer "what does a user gain from k models", since a single
-ensemble's figure hides the seed noise. Words/s: `nlp.pipe` over the test texts, batch 1000, best of
-3 (as scripts/benchmark.py measures), in --speed-rounds alternating rounds, the best kept; the cost
-of an ensemble is its ratio to the first seed alone. When the pipeline runs components before
-fofe_ner (conll_accurate.cfg's OntoNotes ner), they are also timed alone, so the table says what
-fofe_ner adds to them.
+A seed whose training finished (OUT/seedS/trained.json) with the same config and overrides, neither
+the config file nor a teacher changed since, is not trained again, so an interrupted run resumes.
+Rows: each seed alone, each ensemble; their means by size answer "what does a user gain from k
+models", since a single ensemble's figure hides the seed noise. Words/s: `nlp.pipe` over the test
+texts, batch 1000, best of 3 (as scripts/benchmark.py measures), in --speed-rounds alternating
+rounds, the best kept; the cost of an ensemble is its ratio to the first seed alone. When the
+pipeline runs components before fofe_ner (conll_accurate.cfg's OntoNotes ner), they are also timed
+alone, so the table says what fofe_ner adds to them.
 Writes OUT/ensemble.json and the corpus's "Ensemble" section of project/RESULTS.md (--section
 names another, for a second config on the same corpus).
 
@@ -74,7 +74,8 @@ def reusable(out: Path, overrides: list, config: str) -> bool:
     finished = json.loads(record.read_text())
     if finished.get("config") != config or finished.get("overrides") != overrides:
         return False
-    return not any(Path(option).exists() and Path(option).stat().st_mtime > record.stat().st_mtime
+    finished_at = record.stat().st_mtime
+    return not any(Path(option).exists() and Path(option).stat().st_mtime > finished_at
                    for option in [config, *overrides])
 
 
