@@ -12,7 +12,8 @@ that uses this layer needs wherever it runs; nothing is downloaded.
 `contextual=False` reads only the pieces' embedding rows (no CNN): part of the gain at a small
 share of the cost. `sentence=True` also gives every token the doc's USE sentence vector (the
 encoder's pooling head over all the doc's pieces): what the whole doc is about, which the CNN's
-few pieces either side do not see; it costs little more than the CNN it is pooled from. fofe_ner
+few pieces either side do not see; it costs little more than the CNN it is pooled from. Without
+the CNN, the doc's vector is the mean of its tokens' rows, a bag of pieces that costs a sum. fofe_ner
 scores a doc longer than its window (8,192 tokens) window by window, so there each window's
 tokens get that window's vector (its tokens and context margins) instead of the whole doc's.
 """
@@ -45,9 +46,6 @@ def USEFeatures(width: int = 64, contextual: bool = True, dropout: float = 0.1,
                 sentence: bool = False) -> Model[List[Doc], List[Floats2d]]:
     """Each token's USE features (its pieces' mean, and with `sentence` its doc's sentence vector),
     projected to `width` by a trained layer."""
-    if sentence and not contextual:
-        raise ValueError("spacy_fofe.USEFeatures.v1: sentence = true needs contextual = true "
-                         "(the sentence vector is pooled from the CNN's features)")
     if width < 1:
         raise ValueError(f"spacy_fofe.USEFeatures.v1: width must be at least 1, got {width}")
     if not 0.0 <= dropout < 1.0:
@@ -100,7 +98,8 @@ def _encoder_forward(model: Model, docs: List[Doc], is_train: bool):
 
 def doc_features(docs: Sequence[Sequence[str]], contextual: bool = True, sentence: bool = False) -> List[numpy.ndarray]:
     """USE features of each doc's tokens, (n_tokens, 1280) or (n_tokens, 512), a few docs per pass;
-    with `sentence`, the doc's sentence vector after each token's row (1792 columns)."""
+    with `sentence`, the doc's sentence vector after each token's row (1792 columns; without the
+    CNN, 1024: the mean of the doc's token rows)."""
     encoder = _load_encoder() if docs else None
     features: List[numpy.ndarray] = []
     start = tokens = 0
@@ -140,7 +139,8 @@ def _chunk_features(encoder, docs: Sequence[Sequence[str]], contextual: bool, se
         out[longer] += piece_features[first[longer] + k]
     out /= counts[:, None]
     if sentence:
-        vectors = _sentence_vectors(encoder, piece_features, doc_starts, doc_pieces)
+        vectors = (_sentence_vectors(encoder, piece_features, doc_starts, doc_pieces) if contextual
+                   else _mean_rows(out, doc_lengths))
         out = numpy.concatenate([out, vectors[doc_of_token]], axis=1)
     return numpy.split(out, numpy.cumsum(doc_lengths)[:-1])
 
@@ -158,6 +158,16 @@ def _sentence_vectors(encoder, piece_features: numpy.ndarray, starts: numpy.ndar
     z = numpy.tanh(y1 @ b.p3 + numpy.maximum(y1 @ b.d2, 0) @ b.d3)
     z /= numpy.sqrt(numpy.clip(numpy.einsum("ij,ij->i", z, z), b.eps, None))[:, None]
     return z.astype(numpy.float32)
+
+
+def _mean_rows(rows: numpy.ndarray, lengths: numpy.ndarray) -> numpy.ndarray:
+    """The mean of each doc's rows (zeros for an empty doc); `rows` holds the docs' rows in turn."""
+    means = numpy.zeros((len(lengths), rows.shape[1]), dtype=rows.dtype)
+    filled = lengths > 0
+    if filled.any():  # reduceat's segments run from one start to the next: empty docs are left out
+        means[filled] = numpy.add.reduceat(rows, (numpy.cumsum(lengths) - lengths)[filled], axis=0)
+        means[filled] /= lengths[filled, None]
+    return means
 
 
 def _load_encoder():

@@ -61,13 +61,31 @@ def test_with_sentence_each_token_also_gets_its_own_docs_use_sentence_vector():
     assert layer.layers[0].get_dim("nO") == 1792 and layer.predict([nlp("Köln .")])[0].shape == (2, 8)
 
 
+def test_without_the_cnn_the_sentence_vector_is_the_mean_of_the_docs_token_rows():
+    docs = [["Der", "FC", "Bayern", "gewann", "in", "Köln", "."], [], ["Paris"], ["Angela", "Merkel", "lacht"]]
+    with_sentence = doc_features(docs, contextual=False, sentence=True)
+    assert [x.shape for x in with_sentence] == [(7, 1024), (0, 1024), (1, 1024), (3, 1024)]
+    for doc, features in zip(docs, with_sentence):
+        rows = doc_features([doc], contextual=False)[0]
+        numpy.testing.assert_allclose(features[:, :512], rows, atol=1e-6)
+        for row in features[:, 512:]:
+            numpy.testing.assert_allclose(row, rows.mean(axis=0), atol=1e-5)
+    assert not numpy.allclose(with_sentence[0][0, 512:], with_sentence[3][0, 512:])
+    layer = USEFeatures(width=8, contextual=False, sentence=True)
+    nlp = spacy.blank("de")
+    layer.initialize(X=[nlp("Köln .")])
+    assert layer.layers[0].get_dim("nO") == 1024 and layer.predict([nlp("Köln .")])[0].shape == (2, 8)
+
+
 def test_features_are_the_same_whatever_the_docs_per_pass(monkeypatch):
     docs = [["Oberbürgermeisterin", "von", "Köln"], [], ["Berlin", "ist", "groß", "."],
             ["Weltgesundheitsorganisation"]]
-    whole = doc_features(docs, sentence=True)
-    monkeypatch.setattr(use_features, "_CHUNK_TOKENS", 1)
-    for one_pass, per_doc in zip(whole, doc_features(docs, sentence=True)):
-        numpy.testing.assert_allclose(per_doc, one_pass, atol=1e-5)
+    for contextual in (True, False):
+        monkeypatch.setattr(use_features, "_CHUNK_TOKENS", 500)
+        whole = doc_features(docs, contextual, sentence=True)
+        monkeypatch.setattr(use_features, "_CHUNK_TOKENS", 1)
+        for one_pass, per_doc in zip(whole, doc_features(docs, contextual, sentence=True)):
+            numpy.testing.assert_allclose(per_doc, one_pass, atol=1e-5)
 
 
 def test_the_layer_projects_trains_serializes_without_its_cache_and_loads():
@@ -104,7 +122,7 @@ def test_the_pieces_memo_starts_afresh_past_its_size(monkeypatch):
     assert set(encoder["pieces"]) == {"drei", "vier"} and pieces[0] == pieces[2]
 
 
-@pytest.mark.parametrize("setting", [{"width": 0}, {"dropout": 1.0}, {"contextual": False, "sentence": True}])
+@pytest.mark.parametrize("setting", [{"width": 0}, {"dropout": 1.0}])
 def test_bad_settings_are_refused(setting):
     with pytest.raises(ValueError, match="USEFeatures"):
         USEFeatures(**setting)
