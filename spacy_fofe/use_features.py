@@ -13,7 +13,8 @@ that uses this layer needs wherever it runs; nothing is downloaded.
 share of the cost. `sentence=True` also gives every token the doc's USE sentence vector (the
 encoder's pooling head over all the doc's pieces): what the whole doc is about, which the CNN's
 few pieces either side do not see; it costs little more than the CNN it is pooled from. Without
-the CNN, the doc's vector is the mean of its tokens' rows, a bag of pieces that costs a sum. fofe_ner
+the CNN, the doc's vector is the mean of its tokens' rows (a bag of pieces); its cost is then the
+projection's doubled input, about half of what the rows alone cost. fofe_ner
 scores a doc longer than its window (8,192 tokens) window by window, so there each window's
 tokens get that window's vector (its tokens and context margins) instead of the whole doc's.
 """
