@@ -81,11 +81,11 @@ def test_features_are_the_same_whatever_the_docs_per_pass(monkeypatch):
     docs = [["Oberbürgermeisterin", "von", "Köln"], [], ["Berlin", "ist", "groß", "."],
             ["Weltgesundheitsorganisation"]]
     for contextual in (True, False):
-        monkeypatch.setattr(use_features, "_CHUNK_TOKENS", 500)
         whole = doc_features(docs, contextual, sentence=True)
-        monkeypatch.setattr(use_features, "_CHUNK_TOKENS", 1)
-        for one_pass, per_doc in zip(whole, doc_features(docs, contextual, sentence=True)):
-            numpy.testing.assert_allclose(per_doc, one_pass, atol=1e-5)
+        with monkeypatch.context() as patched:
+            patched.setattr(use_features, "_CHUNK_TOKENS", 1)
+            for one_pass, per_doc in zip(whole, doc_features(docs, contextual, sentence=True)):
+                numpy.testing.assert_allclose(per_doc, one_pass, atol=1e-5)
 
 
 def test_the_layer_projects_trains_serializes_without_its_cache_and_loads():
