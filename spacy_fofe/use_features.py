@@ -13,8 +13,10 @@ that uses this layer needs wherever it runs; nothing is downloaded.
 share of the cost. `sentence=True` also gives every token the doc's USE sentence vector (the
 encoder's pooling head over all the doc's pieces): what the whole doc is about, which the CNN's
 few pieces either side do not see; it costs little more than the CNN it is pooled from. Without
-the CNN, the doc's vector is the mean of its tokens' rows (a bag of pieces); its cost is then the
-projection's doubled input, about half of what the rows alone cost. fofe_ner
+the CNN, the doc's vector is the mean of its tokens' rows (a bag of pieces). Without the CNN,
+predictions never build a token's 512 numbers: the projection is linear, so each piece's row is
+projected once (and kept while the weights stay the same) and a token gets the mean of its pieces'
+projected rows, the same output at a small share of the cost. fofe_ner
 scores a doc longer than its window (8,192 tokens) window by window, so there each window's
 tokens get that window's vector (its tokens and context margins) instead of the whole doc's.
 """
@@ -24,6 +26,7 @@ from itertools import chain
 from typing import Dict, List, Sequence, Tuple
 
 import numpy
+from spacy.attrs import ORTH
 from spacy.tokens import Doc
 from spacy.util import registry
 from thinc.api import Dropout, Linear, Model, with_array
@@ -54,8 +57,104 @@ def USEFeatures(width: int = 64, contextual: bool = True, dropout: float = 0.1,
     n_features = _feature_width(contextual, sentence)
     encoder = Model("use_encoder", _encoder_forward, dims={"nO": n_features},
                     attrs={"contextual": contextual, "sentence": sentence, "cache": _TrainingCache()})
-    projection = with_array(chain_layers(Linear(width, n_features), Dropout(dropout)))
-    return chain_layers(encoder, projection)
+    linear = Linear(width, n_features)
+    projection = with_array(chain_layers(linear, Dropout(dropout)))
+    # The same tree as chain(encoder, projection), so pipelines saved before this layer had its own
+    # forward still load.
+    return Model("use_features", _forward, init=_init, layers=[encoder, projection], refs={"linear": linear},
+                 dims={"nO": width}, attrs={"projected": _ProjectedPieces()})
+
+
+def _init(model: Model, X=None, Y=None) -> None:
+    for layer in model.layers:
+        layer.initialize()
+
+
+def _forward(model: Model, docs: List[Doc], is_train: bool):
+    encoder, projection = model.layers
+    if not is_train and not encoder.attrs["contextual"]:
+        return _project_pieces(model, docs), lambda d_output: []
+    features, _ = encoder(docs, is_train)
+    output, backprop_projection = projection(features, is_train)
+
+    def backprop(d_output: List[Floats2d]) -> List[Doc]:
+        backprop_projection(d_output)  # the weights' gradients; the frozen encoder and the docs have none
+        return []
+
+    return output, backprop
+
+
+class _ProjectedPieces:
+    """USE pieces' embedding rows times the projection's weights, for predictions without the CNN:
+    the projection is linear, so a token's projected mean is the mean of its pieces' projected rows,
+    `width` numbers a piece instead of 512. A piece's row is computed when it is first seen and all
+    are dropped when the weights change (training, averaged parameters). Never pickled or serialized."""
+
+    def __init__(self):
+        self.weights = numpy.zeros((0, 0), dtype=numpy.float32)
+        self.slots = numpy.zeros(0, dtype=numpy.int64)  # piece id -> its row in `rows`, -1 until computed
+        self.rows = numpy.zeros((0, 0), dtype=numpy.float32)
+        self.n_rows = 0
+
+    def __reduce__(self):  # a pickled or copied model starts with it empty
+        return (self.__class__, ())
+
+    def lookup(self, encoder, weights: numpy.ndarray, pieces: numpy.ndarray) -> numpy.ndarray:
+        """The rows of `pieces` (ids) times `weights.T`."""
+        if not numpy.array_equal(self.weights, weights):
+            self.weights = weights.copy()
+            self.slots = numpy.full(len(encoder["backend"].table), -1, dtype=numpy.int64)
+            self.rows = numpy.zeros((1024, len(weights)), dtype=numpy.float32)
+            self.n_rows = 0
+        new = numpy.unique(pieces[self.slots[pieces] < 0])
+        if len(new):
+            if self.n_rows + len(new) > len(self.rows):
+                grown = numpy.zeros((max(2 * len(self.rows), self.n_rows + len(new)), len(weights)), numpy.float32)
+                grown[:self.n_rows] = self.rows[:self.n_rows]
+                self.rows = grown
+            for start in range(0, len(new), _CHUNK_TOKENS):  # dequantized 512-wide rows, a block at a time
+                block = new[start:start + _CHUNK_TOKENS]
+                rows = _encode(encoder, block, numpy.asarray([len(block)]), contextual=False)
+                self.rows[self.n_rows:self.n_rows + len(block)] = rows @ weights.T
+                self.slots[block] = numpy.arange(self.n_rows, self.n_rows + len(block))
+                self.n_rows += len(block)
+        return self.rows[self.slots[pieces]]
+
+
+def _project_pieces(model: Model, docs: List[Doc]) -> List[Floats2d]:
+    """The layer's output without the CNN, from the projected piece rows: the same numbers as
+    projecting each token's mean row (and its doc's mean), up to rounding, at a fraction of the cost."""
+    if not docs:
+        return []
+    linear, sentence = model.get_ref("linear"), model.layers[0].attrs["sentence"]
+    weights, bias = model.ops.to_numpy(linear.get_param("W")), model.ops.to_numpy(linear.get_param("b"))
+    width = len(weights)
+    if sentence:  # the token's columns and its doc's, each projected by its half of the weights
+        weights = numpy.concatenate([weights[:, :512], weights[:, 512:]])
+    encoder = _load_encoder()
+    doc_lengths = numpy.fromiter(map(len, docs), dtype=numpy.int64, count=len(docs))
+    # Each distinct word once: its pieces' projected mean, copied to the tokens that have it.
+    words, word_of_token = numpy.unique(numpy.concatenate([doc.to_array(ORTH) for doc in docs]), return_inverse=True)
+    pieces = _pieces(encoder, [docs[0].vocab.strings[int(orth)] for orth in words])
+    counts = numpy.fromiter(map(len, pieces), dtype=numpy.int64, count=len(pieces))
+    flat = numpy.fromiter(chain.from_iterable(pieces), dtype=numpy.int64, count=int(counts.sum()))
+    projected = model.attrs["projected"].lookup(encoder, weights, flat)
+    out = _mean_over_pieces(projected, numpy.cumsum(counts) - counts, counts)[word_of_token.reshape(-1)]
+    if sentence:
+        doc_of_token = numpy.repeat(numpy.arange(len(docs)), doc_lengths)
+        out = out[:, :width] + _mean_rows(out[:, width:], doc_lengths)[doc_of_token]
+    out += bias
+    return [model.ops.asarray2f(x) for x in numpy.split(out, numpy.cumsum(doc_lengths)[:-1])]
+
+
+def _mean_over_pieces(piece_rows: numpy.ndarray, first: numpy.ndarray, counts: numpy.ndarray) -> numpy.ndarray:
+    """Each token's mean row over its pieces: `counts` rows of `piece_rows` from `first`."""
+    out = piece_rows[first]
+    for k in range(1, int(counts.max(initial=1))):  # its first piece, then its further pieces in turn
+        longer = numpy.flatnonzero(counts > k)
+        out[longer] += piece_rows[first[longer] + k]
+    out /= counts[:, None]
+    return out
 
 
 class _TrainingCache:
@@ -133,12 +232,7 @@ def _chunk_features(encoder, docs: Sequence[Sequence[str]], contextual: bool, se
     n_columns = _feature_width(contextual, sentence)
     if not words:
         return [numpy.zeros((0, n_columns), dtype=numpy.float32) for _ in docs]
-    # The mean over a token's pieces: its first piece, then its further pieces in turn.
-    out = piece_features[first]
-    for k in range(1, int(counts.max())):
-        longer = numpy.flatnonzero(counts > k)
-        out[longer] += piece_features[first[longer] + k]
-    out /= counts[:, None]
+    out = _mean_over_pieces(piece_features, first, counts)
     if sentence:
         vectors = (_sentence_vectors(encoder, piece_features, doc_starts, doc_pieces) if contextual
                    else _mean_rows(out, doc_lengths))

@@ -104,6 +104,44 @@ def test_the_layer_projects_trains_serializes_without_its_cache_and_loads():
     numpy.testing.assert_allclose(loaded.predict(docs)[0], layer.predict(docs)[0], rtol=1e-5)
 
 
+@pytest.mark.parametrize("sentence", [False, True])
+def test_without_the_cnn_predictions_are_the_projected_features_and_follow_the_weights(sentence):
+    from thinc.api import Adam
+
+    nlp = spacy.blank("de")
+    docs = [nlp("Angela Merkel besuchte die Oberbürgermeisterin von Köln ."), nlp(""), nlp("Köln \n Köln")]
+    layer = USEFeatures(width=8, contextual=False, sentence=sentence)
+    layer.initialize(X=docs)
+
+    def projected_features():  # the reference: each token's features, then the projection
+        linear = layer.get_ref("linear")
+        W, b = linear.get_param("W"), linear.get_param("b")
+        return [x @ W.T + b for x in doc_features([[t.text for t in doc] for doc in docs], False, sentence)]
+
+    for expected, got in zip(projected_features(), layer.predict(docs)):
+        numpy.testing.assert_allclose(got, expected, atol=1e-5)
+    assert [x.shape for x in layer.predict(docs)] == [(8, 8), (0, 8), (3, 8)] and layer.predict([]) == []
+    out, backprop = layer.begin_update(docs)  # new weights: the projected rows are made afresh
+    backprop([numpy.ones_like(x) for x in out])
+    layer.finish_update(Adam(0.1))
+    for expected, got in zip(projected_features(), layer.predict(docs)):
+        numpy.testing.assert_allclose(got, expected, atol=1e-5)
+    assert pickle.loads(pickle.dumps(layer.attrs["projected"])).n_rows == 0
+
+
+def test_a_layer_saved_as_a_plain_chain_loads():
+    from thinc.api import Dropout, Linear, chain, with_array
+
+    nlp = spacy.blank("de")
+    docs = [nlp("Angela Merkel besuchte Köln .")]
+    saved = USEFeatures(width=8, contextual=False)
+    encoder = saved.layers[0]
+    plain = chain(encoder, with_array(chain(Linear(8, 512), Dropout(0.1))))  # how the layer was built before
+    plain.initialize()
+    loaded = USEFeatures(width=8, contextual=False).from_bytes(plain.to_bytes())
+    numpy.testing.assert_allclose(loaded.predict(docs)[0], plain.predict(docs)[0], atol=1e-5)
+
+
 def test_the_training_cache_stops_at_its_token_budget_and_is_not_pickled():
     nlp = spacy.blank("de")
     cache = use_features._TrainingCache(max_tokens=4)
