@@ -13,10 +13,10 @@ that uses this layer needs wherever it runs; nothing is downloaded.
 share of the cost. `sentence=True` also gives every token the doc's USE sentence vector (the
 encoder's pooling head over all the doc's pieces): what the whole doc is about, which the CNN's
 few pieces either side do not see; it costs little more than the CNN it is pooled from. Without
-the CNN, the doc's vector is the mean of its tokens' rows (a bag of pieces). Without the CNN,
-predictions never build a token's 512 numbers: the projection is linear, so each piece's row is
-projected once (and kept while the weights stay the same) and a token gets the mean of its pieces'
-projected rows, the same output at a small share of the cost. fofe_ner
+the CNN, the doc's vector is the mean of its tokens' rows (a bag of pieces), and predictions never
+build a token's 512 numbers: the projection is linear, so each piece's row is projected once (and
+kept while the weights stay the same) and a token gets the mean of its pieces' projected rows, the
+same output at a small share of the cost. fofe_ner
 scores a doc longer than its window (8,192 tokens) window by window, so there each window's
 tokens get that window's vector (its tokens and context margins) instead of the whole doc's.
 """
