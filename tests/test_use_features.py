@@ -134,8 +134,7 @@ def test_a_layer_saved_as_a_plain_chain_loads():
 
     nlp = spacy.blank("de")
     docs = [nlp("Angela Merkel besuchte Köln .")]
-    saved = USEFeatures(width=8, contextual=False)
-    encoder = saved.layers[0]
+    encoder = USEFeatures(width=8, contextual=False).layers[0]
     plain = chain(encoder, with_array(chain(Linear(8, 512), Dropout(0.1))))  # how the layer was built before
     plain.initialize()
     loaded = USEFeatures(width=8, contextual=False).from_bytes(plain.to_bytes())
