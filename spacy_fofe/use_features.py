@@ -114,8 +114,7 @@ class _ProjectedPieces:
                 self.rows = grown
             for start in range(0, len(new), _CHUNK_TOKENS):  # dequantized 512-wide rows, a block at a time
                 block = new[start:start + _CHUNK_TOKENS]
-                rows = _encode(encoder, block, numpy.asarray([len(block)]), contextual=False)
-                self.rows[self.n_rows:self.n_rows + len(block)] = rows @ weights.T
+                self.rows[self.n_rows:self.n_rows + len(block)] = _embedding_rows(encoder["backend"], block) @ weights.T
                 self.slots[block] = numpy.arange(self.n_rows, self.n_rows + len(block))
                 self.n_rows += len(block)
         return self.rows[self.slots[pieces]]
@@ -323,10 +322,12 @@ def _encode(encoder, flat: numpy.ndarray, doc_lengths: numpy.ndarray, contextual
     buffer[n] = 0.0
     for i, (order, left) in enumerate(_ORDERS):
         branch = x[:, i * _CNN_DIM:(i + 1) * _CNN_DIM]
+        positions = slice(_MAX_LEFT - left, _MAX_LEFT - left + order)
         # The first layer is a sum over the window's positions of (piece's branch) @ (that position's block).
-        shares = numpy.zeros((order, len(distinct) + 1, _CNN_DIM), dtype=numpy.float32)
+        shares = numpy.empty((order, len(distinct) + 1, _CNN_DIM), dtype=numpy.float32)
+        shares[:, -1] = 0.0
         numpy.matmul(branch, b.w1[i].reshape(order, _CNN_DIM, _CNN_DIM), out=shares[:, :-1])
-        columns = distinct_window[:, _MAX_LEFT - left:_MAX_LEFT - left + order]
+        columns = distinct_window[:, positions]
         hidden = shares[0][columns[:, 0]]
         for k in range(1, order):
             hidden += shares[k][columns[:, k]]
@@ -334,8 +335,7 @@ def _encode(encoder, flat: numpy.ndarray, doc_lengths: numpy.ndarray, contextual
         numpy.maximum(hidden, 0, out=hidden)
         hidden += branch[piece_of]
         buffer[:n] = hidden
-        columns = window[:, _MAX_LEFT - left:_MAX_LEFT - left + order]
-        out = buffer[columns].reshape(n, order * _CNN_DIM) @ b.w2[i]
+        out = buffer[window[:, positions]].reshape(n, order * _CNN_DIM) @ b.w2[i]
         out += b.b2[i]
         numpy.maximum(out, 0, out=out)
         out += hidden
