@@ -23,7 +23,7 @@ tokens get that window's vector (its tokens and context margins) instead of the 
 
 import os
 from itertools import chain
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy
 from spacy.attrs import ORTH
@@ -225,9 +225,11 @@ def _chunk_features(encoder, docs: Sequence[Sequence[str]], contextual: bool, se
     flat = numpy.empty(int(doc_pieces.sum()), dtype=numpy.int64)
     flat[doc_starts], flat[doc_starts + doc_pieces - 1] = _BOS, _EOS
     n_pieces = int(counts.sum())
-    flat[numpy.repeat(markers_before, counts) + numpy.arange(n_pieces)] = numpy.fromiter(
-        chain.from_iterable(pieces), dtype=numpy.int64, count=n_pieces)
-    piece_features = _encode(encoder, flat, doc_pieces, contextual)
+    token_pieces = numpy.repeat(markers_before, counts) + numpy.arange(n_pieces)
+    flat[token_pieces] = numpy.fromiter(chain.from_iterable(pieces), dtype=numpy.int64, count=n_pieces)
+    if not sentence:  # only the tokens' pieces are read: the markers' features are not computed
+        first -= markers_before
+    piece_features = _encode(encoder, flat, doc_pieces, contextual, None if sentence else token_pieces)
     n_columns = _feature_width(contextual, sentence)
     if not words:
         return [numpy.zeros((0, n_columns), dtype=numpy.float32) for _ in docs]
@@ -294,9 +296,11 @@ def _pieces(encoder, words: List[str]) -> List[Tuple[int, ...]]:
     return [known[word] for word in words]
 
 
-def _encode(encoder, flat: numpy.ndarray, doc_lengths: numpy.ndarray, contextual: bool) -> numpy.ndarray:
+def _encode(encoder, flat: numpy.ndarray, doc_lengths: numpy.ndarray, contextual: bool,
+            keep: Optional[numpy.ndarray] = None) -> numpy.ndarray:
     """Per-piece features: the embedding rows, then (contextual) the three n-gram CNN branches: the
     package's `NumpyBackend._encode_batch` up to where it pools a sentence (it has no per-piece API).
+    `keep`: the positions (of `flat`) whose features are returned, all by default.
 
     What depends on a piece alone (its row, the projection and layer norm before the CNN, each
     window position's share of a branch's first layer) is computed once per distinct piece."""
@@ -305,19 +309,22 @@ def _encode(encoder, flat: numpy.ndarray, doc_lengths: numpy.ndarray, contextual
     b = encoder["backend"]
     n = len(flat)
     if not contextual:
-        return _embedding_rows(b, flat)
+        return _embedding_rows(b, flat if keep is None else flat[keep])
+    if keep is None:
+        keep = numpy.arange(n)
     distinct, piece_of = numpy.unique(flat, return_inverse=True)
     piece_of = piece_of.reshape(-1)
     rows = _embedding_rows(b, distinct)
     x = rows @ b.proj_W
     x += b.proj_b
     _layernorm(x, b.ln_g_all, b.ln_b_all, b.eps)
-    features = numpy.empty((n, b._feat_dim), dtype=numpy.float32)
-    features[:, :_EMB_DIM] = rows[piece_of]
+    features = numpy.empty((len(keep), b._feat_dim), dtype=numpy.float32)
+    features[:, :_EMB_DIM] = rows[piece_of[keep]]
     starts = numpy.concatenate([[0], numpy.cumsum(doc_lengths[:-1])]).astype(numpy.int64)
     window = b._window_index(starts, doc_lengths, n)
     # The window's pieces as distinct pieces; a slot outside the doc reads the zero row after them.
     distinct_window = numpy.append(piece_of, len(distinct))[window]
+    kept_window = window[keep]  # the second layer reads the first layer's output around the kept positions
     buffer = numpy.empty((n + 1, _CNN_DIM), dtype=numpy.float32)
     buffer[n] = 0.0
     for i, (order, left) in enumerate(_ORDERS):
@@ -335,10 +342,10 @@ def _encode(encoder, flat: numpy.ndarray, doc_lengths: numpy.ndarray, contextual
         numpy.maximum(hidden, 0, out=hidden)
         hidden += branch[piece_of]
         buffer[:n] = hidden
-        out = buffer[window[:, positions]].reshape(n, order * _CNN_DIM) @ b.w2[i]
+        out = buffer[kept_window[:, positions]].reshape(len(keep), order * _CNN_DIM) @ b.w2[i]
         out += b.b2[i]
         numpy.maximum(out, 0, out=out)
-        out += hidden
+        out += hidden[keep]
         features[:, _EMB_DIM + i * _CNN_DIM:_EMB_DIM + (i + 1) * _CNN_DIM] = out
     _layernorm(features, b.ln_g, b.ln_b, b.eps)
     return features
