@@ -16,14 +16,21 @@ few pieces either side do not see; it costs little more than the CNN it is poole
 the CNN, the doc's vector is the mean of its tokens' rows (a bag of pieces), and predictions never
 build a token's 512 numbers: the projection is linear, so each piece's row is projected once (and
 kept while the weights stay the same) and a token gets the mean of its pieces' projected rows, the
-same output at a small share of the cost. fofe_ner
-scores a doc longer than its window (8,192 tokens) window by window, so there each window's
-tokens get that window's vector (its tokens and context margins) instead of the whole doc's.
+same output at a small share of the cost. fofe_ner scores a doc longer than its window (8,192
+tokens) window by window, so there each window's tokens get that window's vector (its tokens and
+context margins) instead of the whole doc's.
+
+`contextual="word"` runs the CNN over each word's pieces alone, as if the word were a doc of its
+own: what the CNN makes of a word's pieces together (a compound's parts, a rare name's pieces),
+without the words around it, which fofe_ner's context codes read anyway. A word's features then do
+not depend on its context, so each word's are computed once, when it is first seen, and kept
+(projected, for predictions): after its first sight a word costs a lookup. With `sentence`, the
+doc's vector is the mean of its tokens' features.
 """
 
 import os
 from itertools import chain
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy
 from spacy.attrs import ORTH
@@ -43,17 +50,23 @@ _CHUNK_TOKENS = 500
 # Words whose pieces are remembered; past this the memo starts afresh, so a long-running process
 # that sees ever more word forms does not grow without bound.
 _MAX_KNOWN_WORDS = 1_000_000
+# Words whose features (contextual="word", 2.5 kB each) are kept for training; and words per encoder pass.
+_MAX_WORD_FEATURES = 200_000
+_WORDS_PER_PASS = 200
 
 
 @registry.layers("spacy_fofe.USEFeatures.v1")
-def USEFeatures(width: int = 64, contextual: bool = True, dropout: float = 0.1,
+def USEFeatures(width: int = 64, contextual: Union[bool, str] = True, dropout: float = 0.1,
                 sentence: bool = False) -> Model[List[Doc], List[Floats2d]]:
     """Each token's USE features (its pieces' mean, and with `sentence` its doc's sentence vector),
-    projected to `width` by a trained layer."""
+    projected to `width` by a trained layer. contextual: true, the CNN over the doc's pieces; "word",
+    the CNN over each word's pieces alone; false, the pieces' embedding rows only."""
     if width < 1:
         raise ValueError(f"spacy_fofe.USEFeatures.v1: width must be at least 1, got {width}")
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"spacy_fofe.USEFeatures.v1: dropout must be in [0, 1), got {dropout}")
+    if contextual not in (True, False, "word"):
+        raise ValueError(f"spacy_fofe.USEFeatures.v1: contextual must be true, false or \"word\", got {contextual!r}")
     n_features = _feature_width(contextual, sentence)
     encoder = Model("use_encoder", _encoder_forward, dims={"nO": n_features},
                     attrs={"contextual": contextual, "sentence": sentence, "cache": _TrainingCache()})
@@ -62,7 +75,7 @@ def USEFeatures(width: int = 64, contextual: bool = True, dropout: float = 0.1,
     # The same tree as chain(encoder, projection), so pipelines saved before this layer had its own
     # forward still load.
     return Model("use_features", _forward, init=_init, layers=[encoder, projection], refs={"linear": linear},
-                 dims={"nO": width}, attrs={"projected": _ProjectedPieces()})
+                 dims={"nO": width}, attrs={"projected": _ProjectedPieces(), "projected_words": _ProjectedWords()})
 
 
 def _init(model: Model, X=None, Y=None) -> None:
@@ -74,6 +87,8 @@ def _forward(model: Model, docs: List[Doc], is_train: bool):
     encoder, projection = model.layers
     if not is_train and not encoder.attrs["contextual"]:
         return _project_pieces(model, docs), lambda d_output: []
+    if not is_train and encoder.attrs["contextual"] == "word":
+        return _project_words(model, docs), lambda d_output: []
     features, _ = encoder(docs, is_train)
     output, backprop_projection = projection(features, is_train)
 
@@ -118,6 +133,59 @@ class _ProjectedPieces:
                 self.slots[block] = numpy.arange(self.n_rows, self.n_rows + len(block))
                 self.n_rows += len(block)
         return self.rows[self.slots[pieces]]
+
+
+class _ProjectedWords:
+    """Words' USE features with the CNN run over each word alone (`contextual="word"`) times the
+    projection's weights: they do not depend on a word's context, so each word's are computed once,
+    when it is first seen, and all are dropped when the weights change. Never pickled or serialized."""
+
+    def __init__(self):
+        self.weights = numpy.zeros((0, 0), dtype=numpy.float32)
+        self.slots: Dict[int, int] = {}  # ORTH id -> its row in `rows`
+        self.rows = numpy.zeros((0, 0), dtype=numpy.float32)
+
+    def __reduce__(self):  # a pickled or copied model starts with it empty
+        return (self.__class__, ())
+
+    def lookup(self, weights: numpy.ndarray, orths: numpy.ndarray, strings) -> numpy.ndarray:
+        """The features of the words `orths` (distinct ORTH ids; `strings` their texts) times `weights.T`."""
+        if not numpy.array_equal(self.weights, weights) or len(self.slots) + len(orths) > _MAX_KNOWN_WORDS:
+            self.weights, self.slots = weights.copy(), {}
+            self.rows = numpy.zeros((1024, len(weights)), dtype=numpy.float32)
+        slots = self.slots
+        new = [i for i, orth in enumerate(orths.tolist()) if orth not in slots]
+        if new:
+            n_rows = len(slots)
+            if n_rows + len(new) > len(self.rows):
+                grown = numpy.zeros((max(2 * len(self.rows), n_rows + len(new)), len(weights)), numpy.float32)
+                grown[:n_rows] = self.rows[:n_rows]
+                self.rows = grown
+            self.rows[n_rows:n_rows + len(new)] = _word_rows(_load_encoder(), [strings[i] for i in new]) @ weights.T
+            slots.update(zip(orths[new].tolist(), range(n_rows, n_rows + len(new))))
+        return self.rows[numpy.fromiter(map(slots.__getitem__, orths.tolist()), dtype=numpy.int64, count=len(orths))]
+
+
+def _project_words(model: Model, docs: List[Doc]) -> List[Floats2d]:
+    """The layer's output with `contextual="word"`, from each distinct word's projected features."""
+    if not docs:
+        return []
+    linear, sentence = model.get_ref("linear"), model.layers[0].attrs["sentence"]
+    weights, bias = model.ops.to_numpy(linear.get_param("W")), model.ops.to_numpy(linear.get_param("b"))
+    width = len(weights)
+    if sentence:  # the token's columns and its doc's, each projected by its half of the weights
+        half = weights.shape[1] // 2
+        weights = numpy.concatenate([weights[:, :half], weights[:, half:]])
+    doc_lengths = numpy.fromiter(map(len, docs), dtype=numpy.int64, count=len(docs))
+    orths, word_of_token = numpy.unique(numpy.concatenate([doc.to_array(ORTH) for doc in docs]), return_inverse=True)
+    strings = docs[0].vocab.strings
+    out = model.attrs["projected_words"].lookup(weights, orths, [strings[int(orth)] for orth in orths])
+    out = out[word_of_token.reshape(-1)]
+    if sentence:
+        doc_of_token = numpy.repeat(numpy.arange(len(docs)), doc_lengths)
+        out = out[:, :width] + _mean_rows(out[:, width:], doc_lengths)[doc_of_token]
+    out += bias
+    return [model.ops.asarray2f(x) for x in numpy.split(out, numpy.cumsum(doc_lengths)[:-1])]
 
 
 def _project_pieces(model: Model, docs: List[Doc]) -> List[Floats2d]:
@@ -176,14 +244,18 @@ class _TrainingCache:
         self.__init__(*state)
 
 
-def _feature_width(contextual: bool, sentence: bool = False) -> int:
+def _feature_width(contextual, sentence: bool = False) -> int:
+    if contextual == "word":
+        return 1280 * (2 if sentence else 1)
     return (512 + 3 * 256 if contextual else 512) + (512 if sentence else 0)
 
 
 def _encoder_forward(model: Model, docs: List[Doc], is_train: bool):
     contextual, sentence = model.attrs["contextual"], model.attrs["sentence"]
     keys = [tuple(token.text for token in doc) for doc in docs]
-    if not is_train:  # predictions never read the cache, so they do not depend on what was trained
+    # Predictions never read the cache, so they do not depend on what was trained; the word features
+    # are kept per word, a cache of their own.
+    if not is_train or contextual == "word":
         return [model.ops.asarray2f(x) for x in doc_features(keys, contextual, sentence)], lambda d_output: []
     cache = model.attrs["cache"]
     missing = [i for i, key in enumerate(keys) if key not in cache.features]
@@ -195,11 +267,13 @@ def _encoder_forward(model: Model, docs: List[Doc], is_train: bool):
     return [model.ops.asarray2f(x) for x in output], lambda d_output: []
 
 
-def doc_features(docs: Sequence[Sequence[str]], contextual: bool = True, sentence: bool = False) -> List[numpy.ndarray]:
+def doc_features(docs: Sequence[Sequence[str]], contextual=True, sentence: bool = False) -> List[numpy.ndarray]:
     """USE features of each doc's tokens, (n_tokens, 1280) or (n_tokens, 512), a few docs per pass;
     with `sentence`, the doc's sentence vector after each token's row (1792 columns; without the
     CNN, 1024: the mean of the doc's token rows)."""
     encoder = _load_encoder() if docs else None
+    if contextual == "word":
+        return _word_features(encoder, docs, sentence) if docs else []
     features: List[numpy.ndarray] = []
     start = tokens = 0
     for i, doc in enumerate(docs):
@@ -241,6 +315,36 @@ def _chunk_features(encoder, docs: Sequence[Sequence[str]], contextual: bool, se
     return numpy.split(out, numpy.cumsum(doc_lengths)[:-1])
 
 
+def _word_features(encoder, docs: Sequence[Sequence[str]], sentence: bool) -> List[numpy.ndarray]:
+    """`doc_features` with `contextual="word"`: each token gets its word's features with the CNN run
+    over the word alone, computed once per word and kept (as float16) while training reads them."""
+    known = encoder["word_features"]
+    words = list(chain.from_iterable(docs))
+    new = list(dict.fromkeys(word for word in words if word not in known))
+    if len(known) + len(new) > _MAX_WORD_FEATURES:
+        known.clear()
+        new = list(dict.fromkeys(words))
+    known.update(zip(new, _word_rows(encoder, new).astype(numpy.float16)))
+    distinct = list(dict.fromkeys(words))
+    table = numpy.asarray([known[word] for word in distinct], dtype=numpy.float32).reshape(len(distinct), 1280)
+    index = dict(zip(distinct, range(len(distinct))))
+    out = table[numpy.fromiter(map(index.__getitem__, words), dtype=numpy.int64, count=len(words))]
+    doc_lengths = numpy.fromiter(map(len, docs), dtype=numpy.int64, count=len(docs))
+    if sentence:  # the doc's mean of its tokens' features
+        doc_of_token = numpy.repeat(numpy.arange(len(docs)), doc_lengths)
+        out = numpy.concatenate([out, _mean_rows(out, doc_lengths)[doc_of_token]], axis=1)
+    return numpy.split(out, numpy.cumsum(doc_lengths)[:-1])
+
+
+def _word_rows(encoder, words: Sequence[str]) -> numpy.ndarray:
+    """Each word's USE features with the CNN run over its pieces alone (the word as a one-token doc)."""
+    rows = numpy.zeros((len(words), 1280), dtype=numpy.float32)
+    for start in range(0, len(words), _WORDS_PER_PASS):
+        block = [[word] for word in words[start:start + _WORDS_PER_PASS]]
+        rows[start:start + len(block)] = numpy.concatenate(_chunk_features(encoder, block, True, False))
+    return rows
+
+
 def _sentence_vectors(encoder, piece_features: numpy.ndarray, starts: numpy.ndarray,
                       lengths: numpy.ndarray) -> numpy.ndarray:
     """Each doc's USE sentence vector from its pieces' features: the package's pooling head
@@ -280,6 +384,7 @@ def _load_encoder():
         _ENCODER["tokenizer"] = tokenizer
         _ENCODER["backend"] = NumpyBackend(os.path.join(resources, "weights.npz"), tokenizer, threads=1)
         _ENCODER["pieces"] = {}
+        _ENCODER["word_features"] = {}
     return _ENCODER
 
 

