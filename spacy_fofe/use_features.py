@@ -170,22 +170,11 @@ def _project_words(model: Model, docs: List[Doc]) -> List[Floats2d]:
     """The layer's output with `contextual="word"`, from each distinct word's projected features."""
     if not docs:
         return []
-    linear, sentence = model.get_ref("linear"), model.layers[0].attrs["sentence"]
-    weights, bias = model.ops.to_numpy(linear.get_param("W")), model.ops.to_numpy(linear.get_param("b"))
-    width = len(weights)
-    if sentence:  # the token's columns and its doc's, each projected by its half of the weights
-        half = weights.shape[1] // 2
-        weights = numpy.concatenate([weights[:, :half], weights[:, half:]])
-    doc_lengths = numpy.fromiter(map(len, docs), dtype=numpy.int64, count=len(docs))
+    weights, bias = _projection_weights(model)
     orths, word_of_token = numpy.unique(numpy.concatenate([doc.to_array(ORTH) for doc in docs]), return_inverse=True)
     strings = docs[0].vocab.strings
-    out = model.attrs["projected_words"].lookup(weights, orths, [strings[int(orth)] for orth in orths])
-    out = out[word_of_token.reshape(-1)]
-    if sentence:
-        doc_of_token = numpy.repeat(numpy.arange(len(docs)), doc_lengths)
-        out = out[:, :width] + _mean_rows(out[:, width:], doc_lengths)[doc_of_token]
-    out += bias
-    return [model.ops.asarray2f(x) for x in numpy.split(out, numpy.cumsum(doc_lengths)[:-1])]
+    projected = model.attrs["projected_words"].lookup(weights, orths, [strings[int(orth)] for orth in orths])
+    return _token_rows(model, docs, projected, word_of_token, bias)
 
 
 def _project_pieces(model: Model, docs: List[Doc]) -> List[Floats2d]:
@@ -193,21 +182,36 @@ def _project_pieces(model: Model, docs: List[Doc]) -> List[Floats2d]:
     projecting each token's mean row (and its doc's mean), up to rounding, at a fraction of the cost."""
     if not docs:
         return []
-    linear, sentence = model.get_ref("linear"), model.layers[0].attrs["sentence"]
-    weights, bias = model.ops.to_numpy(linear.get_param("W")), model.ops.to_numpy(linear.get_param("b"))
-    width = len(weights)
-    if sentence:  # the token's columns and its doc's, each projected by its half of the weights
-        weights = numpy.concatenate([weights[:, :512], weights[:, 512:]])
+    weights, bias = _projection_weights(model)
     encoder = _load_encoder()
-    doc_lengths = numpy.fromiter(map(len, docs), dtype=numpy.int64, count=len(docs))
     # Each distinct word once: its pieces' projected mean, copied to the tokens that have it.
     words, word_of_token = numpy.unique(numpy.concatenate([doc.to_array(ORTH) for doc in docs]), return_inverse=True)
     pieces = _pieces(encoder, [docs[0].vocab.strings[int(orth)] for orth in words])
     counts = numpy.fromiter(map(len, pieces), dtype=numpy.int64, count=len(pieces))
     flat = numpy.fromiter(chain.from_iterable(pieces), dtype=numpy.int64, count=int(counts.sum()))
     projected = model.attrs["projected"].lookup(encoder, weights, flat)
-    out = _mean_over_pieces(projected, numpy.cumsum(counts) - counts, counts)[word_of_token.reshape(-1)]
-    if sentence:
+    return _token_rows(model, docs, _mean_over_pieces(projected, numpy.cumsum(counts) - counts, counts),
+                       word_of_token, bias)
+
+
+def _projection_weights(model: Model) -> Tuple[numpy.ndarray, numpy.ndarray]:
+    """The projection's weights and bias; with `sentence`, the weights of the token's columns and of its
+    doc's are stacked, so that one product projects both."""
+    linear = model.get_ref("linear")
+    weights, bias = model.ops.to_numpy(linear.get_param("W")), model.ops.to_numpy(linear.get_param("b"))
+    if model.layers[0].attrs["sentence"]:
+        half = weights.shape[1] // 2
+        weights = numpy.concatenate([weights[:, :half], weights[:, half:]])
+    return weights, bias
+
+
+def _token_rows(model: Model, docs: List[Doc], word_rows: numpy.ndarray, word_of_token: numpy.ndarray,
+                bias: numpy.ndarray) -> List[Floats2d]:
+    """Each token's projected word row (with `sentence`, plus its doc's mean of the doc halves) and the bias."""
+    width = len(bias)
+    doc_lengths = numpy.fromiter(map(len, docs), dtype=numpy.int64, count=len(docs))
+    out = word_rows[word_of_token.reshape(-1)]
+    if model.layers[0].attrs["sentence"]:
         doc_of_token = numpy.repeat(numpy.arange(len(docs)), doc_lengths)
         out = out[:, :width] + _mean_rows(out[:, width:], doc_lengths)[doc_of_token]
     out += bias
