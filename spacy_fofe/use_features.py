@@ -248,7 +248,7 @@ class _TrainingCache:
         self.__init__(*state)
 
 
-def _feature_width(contextual, sentence: bool = False) -> int:
+def _feature_width(contextual: Union[bool, str], sentence: bool = False) -> int:
     if contextual == "word":
         return 1280 * (2 if sentence else 1)
     return (512 + 3 * 256 if contextual else 512) + (512 if sentence else 0)
@@ -271,10 +271,12 @@ def _encoder_forward(model: Model, docs: List[Doc], is_train: bool):
     return [model.ops.asarray2f(x) for x in output], lambda d_output: []
 
 
-def doc_features(docs: Sequence[Sequence[str]], contextual=True, sentence: bool = False) -> List[numpy.ndarray]:
+def doc_features(docs: Sequence[Sequence[str]], contextual: Union[bool, str] = True,
+                 sentence: bool = False) -> List[numpy.ndarray]:
     """USE features of each doc's tokens, (n_tokens, 1280) or (n_tokens, 512), a few docs per pass;
     with `sentence`, the doc's sentence vector after each token's row (1792 columns; without the
-    CNN, 1024: the mean of the doc's token rows)."""
+    CNN, 1024: the mean of the doc's token rows; with contextual="word", 2560: the mean of its
+    tokens' features)."""
     encoder = _load_encoder() if docs else None
     if contextual == "word":
         return _word_features(encoder, docs, sentence) if docs else []
