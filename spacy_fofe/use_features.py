@@ -325,16 +325,16 @@ def _word_features(encoder, docs: Sequence[Sequence[str]], sentence: bool) -> Li
     """`doc_features` with `contextual="word"`: each token gets its word's features with the CNN run
     over the word alone, computed once per word and kept (as float16) while training reads them."""
     known = encoder["word_features"]
-    words = list(chain.from_iterable(docs))
-    new = list(dict.fromkeys(word for word in words if word not in known))
+    words = numpy.asarray(list(chain.from_iterable(docs)), dtype=str)
+    distinct, word_of_token = numpy.unique(words, return_inverse=True)  # Python work per distinct word only
+    distinct = distinct.tolist()
+    new = [word for word in distinct if word not in known]
     if len(known) + len(new) > _MAX_WORD_FEATURES:
         known.clear()
-        new = list(dict.fromkeys(words))
+        new = distinct
     known.update(zip(new, _word_rows(encoder, new).astype(numpy.float16)))
-    distinct = list(dict.fromkeys(words))
     table = numpy.asarray([known[word] for word in distinct], dtype=numpy.float32).reshape(len(distinct), 1280)
-    index = dict(zip(distinct, range(len(distinct))))
-    out = table[numpy.fromiter(map(index.__getitem__, words), dtype=numpy.int64, count=len(words))]
+    out = table[word_of_token.reshape(-1)]
     doc_lengths = numpy.fromiter(map(len, docs), dtype=numpy.int64, count=len(docs))
     if sentence:  # the doc's mean of its tokens' features
         doc_of_token = numpy.repeat(numpy.arange(len(docs)), doc_lengths)
