@@ -361,12 +361,12 @@ def test_benchmark_peers_get_the_fofe_configs_hash_tables():
 
 
 def test_benchmark_peers_get_the_fofe_configs_use_features():
-    """germeval.cfg reads USE's piece embeddings next to its tables; the peers read them too, next to the
+    """germeval.cfg reads USE's word features next to its tables; the peers read them too, next to the
     same tables, and their encoder takes the wider vectors; a config without them changes nothing."""
     benchmark = load_benchmark_script()
     args = germeval_cnn_args()
     fofe_use = benchmark.use_features(benchmark.fofe_config(args, False)["components"]["fofe_ner"]["model"])
-    assert len(fofe_use) == 1 and fofe_use[0]["contextual"] is False
+    assert len(fofe_use) == 1 and fofe_use[0]["contextual"] == "word"
     tok2vec = benchmark.spacy_config(args, "spancat", False)["components"]["tok2vec"]["model"]
     assert tok2vec["embed"]["@layers"] == "concatenate.v1"
     assert tok2vec["embed"]["*"]["use0"] == fofe_use[0]

@@ -91,7 +91,7 @@ def lexeme_tables(model: dict):
 
 
 def use_features(model: dict) -> list:
-    """Every USEFeatures block in the model's config (germeval.cfg reads USE's piece embeddings next to
+    """Every USEFeatures block in the model's config (germeval.cfg reads USE's word features next to
     its tables): pretrained features the peers get too, so that only the models differ."""
     return [dict(section) for section in blocks(model) if section.get("@layers") == USE_FEATURES]
 
