@@ -123,10 +123,7 @@ class _ProjectedPieces:
             self.n_rows = 0
         new = numpy.unique(pieces[self.slots[pieces] < 0])
         if len(new):
-            if self.n_rows + len(new) > len(self.rows):
-                grown = numpy.zeros((max(2 * len(self.rows), self.n_rows + len(new)), len(weights)), numpy.float32)
-                grown[:self.n_rows] = self.rows[:self.n_rows]
-                self.rows = grown
+            self.rows = _with_room(self.rows, self.n_rows, len(new))
             for start in range(0, len(new), _CHUNK_TOKENS):  # dequantized 512-wide rows, a block at a time
                 block = new[start:start + _CHUNK_TOKENS]
                 self.rows[self.n_rows:self.n_rows + len(block)] = _embedding_rows(encoder["backend"], block) @ weights.T
@@ -149,7 +146,7 @@ class _ProjectedWords:
         return (self.__class__, ())
 
     def lookup(self, weights: numpy.ndarray, orths: numpy.ndarray, strings) -> numpy.ndarray:
-        """The features of the words `orths` (distinct ORTH ids; `strings` their texts) times `weights.T`."""
+        """The features of the words `orths` (distinct ORTH ids; `strings` the StringStore) times `weights.T`."""
         if not numpy.array_equal(self.weights, weights) or len(self.slots) + len(orths) > _MAX_KNOWN_WORDS:
             self.weights, self.slots = weights.copy(), {}
             self.rows = numpy.zeros((1024, len(weights)), dtype=numpy.float32)
@@ -157,13 +154,20 @@ class _ProjectedWords:
         new = [i for i, orth in enumerate(orths.tolist()) if orth not in slots]
         if new:
             n_rows = len(slots)
-            if n_rows + len(new) > len(self.rows):
-                grown = numpy.zeros((max(2 * len(self.rows), n_rows + len(new)), len(weights)), numpy.float32)
-                grown[:n_rows] = self.rows[:n_rows]
-                self.rows = grown
-            self.rows[n_rows:n_rows + len(new)] = _word_rows(_load_encoder(), [strings[i] for i in new]) @ weights.T
+            self.rows = _with_room(self.rows, n_rows, len(new))
+            texts = [strings[orth] for orth in orths[new].tolist()]  # only the new words' texts are needed
+            self.rows[n_rows:n_rows + len(new)] = _word_rows(_load_encoder(), texts) @ weights.T
             slots.update(zip(orths[new].tolist(), range(n_rows, n_rows + len(new))))
         return self.rows[numpy.fromiter(map(slots.__getitem__, orths.tolist()), dtype=numpy.int64, count=len(orths))]
+
+
+def _with_room(rows: numpy.ndarray, n_rows: int, n_new: int) -> numpy.ndarray:
+    """`rows` (its first `n_rows` filled) with room for `n_new` more: the same array, or one twice as long."""
+    if n_rows + n_new <= len(rows):
+        return rows
+    grown = numpy.zeros((max(2 * len(rows), n_rows + n_new), rows.shape[1]), dtype=rows.dtype)
+    grown[:n_rows] = rows[:n_rows]
+    return grown
 
 
 def _project_words(model: Model, docs: List[Doc]) -> List[Floats2d]:
@@ -172,8 +176,7 @@ def _project_words(model: Model, docs: List[Doc]) -> List[Floats2d]:
         return []
     weights, bias = _projection_weights(model)
     orths, word_of_token = numpy.unique(numpy.concatenate([doc.to_array(ORTH) for doc in docs]), return_inverse=True)
-    strings = docs[0].vocab.strings
-    projected = model.attrs["projected_words"].lookup(weights, orths, [strings[int(orth)] for orth in orths])
+    projected = model.attrs["projected_words"].lookup(weights, orths, docs[0].vocab.strings)
     return _token_rows(model, docs, projected, word_of_token, bias)
 
 
