@@ -4,9 +4,15 @@ import subprocess
 import sys
 import sysconfig
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
+import spacy
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+
+import spacy_fofe
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,6 +34,17 @@ def fresh_venv_with_dependencies(path: Path) -> Path:
     return python
 
 
+def test_a_pipeline_requires_spacy_fofe_with_the_extras_its_config_needs():
+    from test_project import load_benchmark_script
+
+    package = load_benchmark_script("package")
+    version = spacy.util.get_minor_version_range(spacy_fofe.__version__)
+    for config, extras in [("germeval.cfg", {"use"}), ("germeval_accurate.cfg", {"use"}), ("conll.cfg", set()),
+                           ("demo.cfg", set())]:
+        requirement = Requirement(package.fofe_requirement((ROOT / "configs" / config).read_text()))
+        assert (requirement.name, requirement.extras, requirement.specifier) == ("spacy-fofe", extras, SpecifierSet(version))
+
+
 @pytest.mark.slow
 def test_the_pipeline_package_and_spacy_fofe_install_offline_and_load(trained, tmp_path):
     trained.to_disk(tmp_path / "model")
@@ -35,6 +52,10 @@ def test_the_pipeline_package_and_spacy_fofe_install_offline_and_load(trained, t
                     str(tmp_path / "packages"), "--name", "fofe_test"], check=True, cwd=tmp_path)
     dist = tmp_path / "packages" / "dist"
     assert sorted(p.name.split("-")[0] for p in dist.glob("*.whl")) == ["en_fofe_test", "spacy_fofe"]
+    with zipfile.ZipFile(next(dist.glob("en_fofe_test-*.whl"))) as wheel:
+        metadata = wheel.read(next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist: spacy-fofe")]
+    assert len(requires) == 1 and "[" not in requires[0]  # its config needs no extra
     python = fresh_venv_with_dependencies(tmp_path / "fresh")
     missing = subprocess.run([str(python), "-c", "import spacy_fofe"], capture_output=True, text=True, cwd=tmp_path)
     assert missing.returncode != 0  # the fresh venv does not see this checkout's spacy-fofe

@@ -5,19 +5,33 @@
 OUTPUT/dist then holds spacy_fofe-*.whl and the pipeline's wheel (from `spacy package`, which
 declares spacy-fofe as a requirement), so on another machine
 `pip install --no-index --find-links OUTPUT/dist <lang>_<name>` installs both (spaCy and its
-dependencies from the index or another wheel folder). Builds run without build isolation,
-so they need no network: setuptools and wheel must be installed (the `package` extra).
+dependencies from the index or another wheel folder). A pipeline whose config needs an extra of
+spacy-fofe where it runs (the USE features: `use`) requires spacy-fofe with that extra, so pip
+installs its packages too. Builds run without build isolation, so they need no network:
+setuptools and wheel must be installed (the `package` extra).
 """
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import spacy
+import spacy_fofe
 
 ROOT = Path(__file__).resolve().parents[2]
+# The extra of spacy-fofe that a registered function in a pipeline's config needs where it runs.
+EXTRAS = {"spacy_fofe.USEFeatures.v1": "use"}
+
+
+def fofe_requirement(config_text: str) -> str:
+    """The requirement on spacy-fofe for a pipeline with this config: this minor version, with the
+    extras its config needs."""
+    extras = sorted({extra for function, extra in EXTRAS.items() if f'"{function}"' in config_text})
+    named = f"spacy-fofe[{','.join(extras)}]" if extras else "spacy-fofe"
+    return named + spacy.util.get_minor_version_range(spacy_fofe.__version__)
 
 
 def build_wheel(source: Path, dist: Path) -> None:
@@ -38,10 +52,16 @@ def package(model: Path, output: Path, name: str, version: str) -> Path:
     print(f"Building the spacy-fofe wheel from {ROOT}", flush=True)
     build_wheel(ROOT, dist)
     print(f"Packaging the pipeline {model} as {name} {version}", flush=True)
+    # spacy package would add a plain spacy-fofe requirement; one already in the meta (with extras) is kept.
+    meta = spacy.util.load_meta(model / "meta.json")
+    others = [r for r in meta.get("requirements", [])
+              if spacy.util.split_requirement(r)[0].lower().replace("_", "-") != "spacy-fofe"]
+    meta["requirements"] = [*others, fofe_requirement((model / "config.cfg").read_text())]
+    (output / "meta.json").write_text(json.dumps(meta, indent=2))
     subprocess.run([sys.executable, "-m", "spacy", "package", str(model), str(output), "--name", name,
-                    "--version", version, "--build", "none", "--force"], check=True)
-    lang = spacy.util.load_meta(model / "meta.json")["lang"]
-    build_wheel(output / f"{lang}_{name}-{version}", dist)
+                    "--version", version, "--build", "none", "--force", "--meta-path", str(output / "meta.json")],
+                   check=True)
+    build_wheel(output / f"{meta['lang']}_{name}-{version}", dist)
     print(f"Wheels in {dist}: {', '.join(sorted(p.name for p in dist.glob('*.whl')))}")
     return dist
 
