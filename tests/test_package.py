@@ -42,7 +42,8 @@ def test_a_pipeline_requires_spacy_fofe_with_the_extras_its_config_needs():
     for config, extras in [("germeval.cfg", {"use"}), ("germeval_accurate.cfg", {"use"}), ("conll.cfg", set()),
                            ("demo.cfg", set())]:
         requirement = Requirement(package.fofe_requirement((ROOT / "configs" / config).read_text()))
-        assert (requirement.name, requirement.extras, requirement.specifier) == ("spacy-fofe", extras, SpecifierSet(version))
+        assert requirement.name == "spacy-fofe" and requirement.extras == extras, config
+        assert requirement.specifier == SpecifierSet(version)
 
 
 @pytest.mark.slow
