@@ -19,6 +19,9 @@ import sys
 from pathlib import Path
 
 import spacy
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 import spacy_fofe
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,8 +57,7 @@ def package(model: Path, output: Path, name: str, version: str) -> Path:
     print(f"Packaging the pipeline {model} as {name} {version}", flush=True)
     # spacy package would add a plain spacy-fofe requirement; one already in the meta (with extras) is kept.
     meta = spacy.util.load_meta(model / "meta.json")
-    others = [r for r in meta.get("requirements", [])
-              if spacy.util.split_requirement(r)[0].lower().replace("_", "-") != "spacy-fofe"]
+    others = [r for r in meta.get("requirements", []) if canonicalize_name(Requirement(r).name) != "spacy-fofe"]
     meta["requirements"] = [*others, fofe_requirement((model / "config.cfg").read_text())]
     (output / "meta.json").write_text(json.dumps(meta, indent=2))
     subprocess.run([sys.executable, "-m", "spacy", "package", str(model), str(output), "--name", name,
