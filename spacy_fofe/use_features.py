@@ -25,8 +25,9 @@ context margins) instead of the whole doc's.
 own: what the CNN makes of a word's pieces together (a compound's parts, a rare name's pieces),
 without the words around it, which fofe_ner's context codes read anyway. A word's features then do
 not depend on its context, so each word's are computed once, when it is first seen, and kept
-(projected, for predictions): after its first sight a word costs a lookup. With `sentence`, the
-doc's vector is the mean of its tokens' features.
+(projected, for predictions): after its first sight a word costs a lookup, and a saved pipeline
+ships the projected rows of its training words, so those cost a lookup from its first doc on.
+With `sentence`, the doc's vector is the mean of its tokens' features.
 """
 
 import os
@@ -34,10 +35,12 @@ from itertools import chain
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy
+import srsly
 from spacy.attrs import ORTH
+from spacy.strings import hash_string
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Dropout, Linear, Model, with_array
+from thinc.api import Dropout, Linear, Model, deserialize_attr, serialize_attr, with_array
 from thinc.api import chain as chain_layers
 from thinc.types import Floats2d
 
@@ -54,6 +57,10 @@ _MAX_KNOWN_WORDS = 1_000_000
 # Words whose features (contextual="word", 2.5 kB each) are kept for training; and words per encoder pass.
 _MAX_WORD_FEATURES = 200_000
 _WORDS_PER_PASS = 200
+# Training words whose projected rows (float16, `width` numbers each) a saved pipeline ships; and words
+# projected in one product, so that their float32 features stay a few MB.
+_MAX_SHIPPED_WORDS = 100_000
+_WORDS_PER_PROJECTION = 4096
 
 
 @registry.layers("spacy_fofe.USEFeatures.v1")
@@ -87,6 +94,8 @@ def _init(model: Model, X=None, Y=None) -> None:
 
 def _forward(model: Model, docs: List[Doc], is_train: bool):
     encoder, projection = model.layers
+    if is_train and encoder.attrs["contextual"] == "word" and docs:
+        model.attrs["projected_words"].count(docs)
     if not is_train and not encoder.attrs["contextual"]:
         return _project_pieces(model, docs), lambda d_output: []
     if not is_train and encoder.attrs["contextual"] == "word":
@@ -136,31 +145,96 @@ class _ProjectedPieces:
 
 class _ProjectedWords:
     """Words' USE features with the CNN run over each word alone (`contextual="word"`) times the
-    projection's weights: they do not depend on a word's context, so each word's are computed once,
-    when it is first seen, and all are dropped when the weights change. Never pickled or serialized."""
+    projection's weights, kept as float16: they do not depend on a word's context, so each word's are
+    computed once, when it is first seen, and all are dropped when the weights change. The words seen
+    in training are counted, and a saved pipeline ships the rows of the most frequent of them
+    (`_MAX_SHIPPED_WORDS`), so that text like its training text costs lookups from its first doc on."""
 
     def __init__(self):
         self.weights = numpy.zeros((0, 0), dtype=numpy.float32)
         self.slots: Dict[int, int] = {}  # ORTH id -> its row in `rows`
-        self.rows = numpy.zeros((0, 0), dtype=numpy.float32)
+        self.rows = numpy.zeros((0, 0), dtype=numpy.float16)
+        self.shipped: List[int] = []  # the ORTH ids of the first rows, those loaded with the pipeline
+        self.counts: Dict[int, int] = {}  # words seen in training (ORTH id -> tokens) and their texts
+        self.texts: Dict[int, str] = {}
 
-    def __reduce__(self):  # a pickled or copied model starts with it empty
-        return (self.__class__, ())
+    def __reduce__(self):  # a pickled or copied model keeps the shipped rows, not those computed since
+        return (_ProjectedWords.from_bytes, (self.to_bytes(),))
+
+    def count(self, docs: List[Doc]) -> None:
+        """Count the words of training docs: the shipped rows are those of the most frequent."""
+        orths, counts = numpy.unique(numpy.concatenate([doc.to_array(ORTH) for doc in docs]), return_counts=True)
+        strings = docs[0].vocab.strings
+        for orth, n in zip(orths.tolist(), counts.tolist()):
+            if orth in self.counts:
+                self.counts[orth] += n
+            elif len(self.counts) < _MAX_KNOWN_WORDS:
+                self.counts[orth], self.texts[orth] = n, strings[orth]
 
     def lookup(self, weights: numpy.ndarray, orths: numpy.ndarray, strings) -> numpy.ndarray:
-        """The features of the words `orths` (distinct ORTH ids; `strings` the StringStore) times `weights.T`."""
-        if not numpy.array_equal(self.weights, weights) or len(self.slots) + len(orths) > _MAX_KNOWN_WORDS:
-            self.weights, self.slots = weights.copy(), {}
-            self.rows = numpy.zeros((1024, len(weights)), dtype=numpy.float32)
+        """The features of the words `orths` (distinct ORTH ids; `strings[orth]` their texts) times
+        `weights.T`, as float16."""
+        if not numpy.array_equal(self.weights, weights):
+            self.weights, self.slots, self.shipped = weights.copy(), {}, []
+            self.rows = numpy.zeros((1024, len(weights)), dtype=numpy.float16)
+        elif len(self.slots) + len(orths) > _MAX_KNOWN_WORDS:  # start afresh from the shipped rows
+            self.slots = {orth: row for row, orth in enumerate(self.shipped)}
         slots = self.slots
         new = [i for i, orth in enumerate(orths.tolist()) if orth not in slots]
         if new:
             n_rows = len(slots)
             self.rows = _with_room(self.rows, n_rows, len(new))
             texts = [strings[orth] for orth in orths[new].tolist()]  # only the new words' texts are needed
-            self.rows[n_rows:n_rows + len(new)] = _word_rows(_load_encoder(), texts) @ weights.T
+            for start in range(0, len(new), _WORDS_PER_PROJECTION):
+                block = _word_features16(texts[start:start + _WORDS_PER_PROJECTION]).astype(numpy.float32)
+                self.rows[n_rows + start:n_rows + start + len(block)] = block @ weights.T
             slots.update(zip(orths[new].tolist(), range(n_rows, n_rows + len(new))))
         return self.rows[numpy.fromiter(map(slots.__getitem__, orths.tolist()), dtype=numpy.int64, count=len(orths))]
+
+    def to_bytes(self, model: Optional[Model] = None) -> bytes:
+        """The shipped words (texts, training counts) and their rows under `model`'s weights (those
+        loaded, without `model`); they are computed now for words whose rows are not kept."""
+        orths = sorted(self.counts, key=self.counts.__getitem__, reverse=True)[:_MAX_SHIPPED_WORDS]
+        if model is not None and orths:
+            weights = _projection_weights(model)[0]
+            rows = self.lookup(weights, numpy.asarray(orths, dtype=numpy.uint64), self.texts)
+        elif orths and orths == self.shipped:
+            weights, rows = self.weights, self.rows[:len(orths)]
+        else:  # words counted since the rows were made, and no weights to project with: the counts alone
+            weights, rows = numpy.zeros((0, 0), dtype=numpy.float32), numpy.zeros((0, 0), dtype=numpy.float16)
+        return srsly.msgpack_dumps({"texts": [self.texts[orth] for orth in orths],
+                                    "counts": [self.counts[orth] for orth in orths], "rows": rows, "weights": weights})
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "_ProjectedWords":
+        msg, words = srsly.msgpack_loads(data), cls()
+        orths = [hash_string(text) for text in msg["texts"]]
+        words.counts, words.texts = dict(zip(orths, msg["counts"])), dict(zip(orths, msg["texts"]))
+        if len(msg["rows"]):
+            words.weights, words.rows = msg["weights"].copy(), msg["rows"].copy()
+            words.shipped, words.slots = orths, {orth: row for row, orth in enumerate(orths)}
+        return words
+
+
+@serialize_attr.register(_ProjectedWords)
+def _serialize_projected_words(_, value: _ProjectedWords, name: str, model: Model) -> bytes:
+    return value.to_bytes(model)
+
+
+@deserialize_attr.register(_ProjectedWords)
+def _deserialize_projected_words(_, value: bytes, name: str, model: Model) -> _ProjectedWords:
+    return _ProjectedWords.from_bytes(value)
+
+
+def _word_features16(texts: List[str]) -> numpy.ndarray:
+    """The words' features (the CNN over each word alone) as float16, as training reads them: those
+    training keeps, the others computed."""
+    encoder = _load_encoder()
+    known = encoder["word_features"]
+    missing = [text for text in texts if text not in known]
+    computed = dict(zip(missing, _word_rows(encoder, missing).astype(numpy.float16)))
+    rows = [known[text] if text in known else computed[text] for text in texts]
+    return numpy.asarray(rows, dtype=numpy.float16).reshape(len(texts), 1280)
 
 
 def _with_room(rows: numpy.ndarray, n_rows: int, n_new: int) -> numpy.ndarray:
@@ -215,7 +289,7 @@ def _token_rows(model: Model, docs: List[Doc], word_rows: numpy.ndarray, word_of
     """Each token's projected word row (with `sentence`, plus its doc's mean of the doc halves) and the bias."""
     width = len(bias)
     doc_lengths = numpy.fromiter(map(len, docs), dtype=numpy.int64, count=len(docs))
-    out = word_rows[word_of_token.reshape(-1)]
+    out = word_rows[word_of_token.reshape(-1)].astype(numpy.float32, copy=False)
     if model.layers[0].attrs["sentence"]:
         doc_of_token = numpy.repeat(numpy.arange(len(docs)), doc_lengths)
         out = out[:, :width] + _mean_rows(out[:, width:], doc_lengths)[doc_of_token]

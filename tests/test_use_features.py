@@ -113,8 +113,8 @@ def test_predictions_from_projected_rows_are_the_projected_features_and_follow_t
     docs = [nlp("Angela Merkel besuchte die Oberbürgermeisterin von Köln ."), nlp(""), nlp("Köln \n Köln")]
     layer = USEFeatures(width=8, contextual=contextual, sentence=sentence)
     layer.initialize(X=docs)
-    # The word features are kept as float16 for training; the projected rows are made from float32.
-    atol = 1e-5 if contextual is False else 2e-3
+    # The word features are kept as float16 for training, and their projected rows as float16 too.
+    tolerance = {"atol": 1e-5} if contextual is False else {"atol": 2e-3, "rtol": 1e-3}
 
     def projected_features():  # the reference: each token's features, then the projection
         linear = layer.get_ref("linear")
@@ -122,15 +122,69 @@ def test_predictions_from_projected_rows_are_the_projected_features_and_follow_t
         return [x @ W.T + b for x in doc_features([[t.text for t in doc] for doc in docs], contextual, sentence)]
 
     for expected, got in zip(projected_features(), layer.predict(docs)):
-        numpy.testing.assert_allclose(got, expected, atol=atol)
+        numpy.testing.assert_allclose(got, expected, **tolerance)
     assert [x.shape for x in layer.predict(docs)] == [(8, 8), (0, 8), (3, 8)] and layer.predict([]) == []
     out, backprop = layer.begin_update(docs)  # new weights: the projected rows are made afresh
     backprop([numpy.ones_like(x) for x in out])
     layer.finish_update(Adam(0.1))
     for expected, got in zip(projected_features(), layer.predict(docs)):
-        numpy.testing.assert_allclose(got, expected, atol=atol)
+        numpy.testing.assert_allclose(got, expected, **tolerance)
     memo = layer.attrs["projected" if contextual is False else "projected_words"]
     assert pickle.loads(pickle.dumps(memo)).rows.size == 0
+
+
+def _computed_words(monkeypatch):
+    """The words whose features the encoder computes from now on (its training copies forgotten)."""
+    encoder, computed, word_rows = use_features._load_encoder(), [], use_features._word_rows
+    encoder["word_features"].clear()
+    monkeypatch.setattr(use_features, "_word_rows", lambda enc, words: computed.extend(words) or word_rows(enc, words))
+    return computed
+
+
+def test_a_saved_layer_ships_the_rows_of_its_most_frequent_training_words(monkeypatch):
+    import srsly
+    from thinc.api import Adam
+
+    nlp = spacy.blank("de")
+    train = [nlp("Köln Köln Bonn und Köln ."), nlp("Bonn und Paris Köln Bonn")]
+    layer = USEFeatures(width=8, contextual="word")
+    layer.initialize(X=train)
+    out, backprop = layer.begin_update(train)
+    backprop([numpy.ones_like(x) for x in out])
+    layer.finish_update(Adam(0.1))
+    monkeypatch.setattr(use_features, "_MAX_SHIPPED_WORDS", 3)
+    data = layer.to_bytes()
+    loaded = USEFeatures(width=8, contextual="word").from_bytes(data)
+    words = loaded.attrs["projected_words"]
+    assert [words.texts[orth] for orth in words.shipped] == ["Köln", "Bonn", "und"]  # by training count
+    assert [words.counts[orth] for orth in words.shipped] == [4, 3, 2]
+    shipped, shipped_rows = list(words.shipped), words.rows[:3].copy()
+    computed = _computed_words(monkeypatch)
+    docs = [nlp("Köln und Bonn"), nlp("Köln und Berlin")]
+    predictions = loaded.predict(docs)
+    assert computed == ["Berlin"]  # the shipped words cost a lookup
+    numpy.testing.assert_array_equal(numpy.concatenate(predictions), numpy.concatenate(layer.predict(docs)))
+    assert loaded.to_bytes() == data  # and serialize as they came
+    copied = pickle.loads(pickle.dumps(words))  # a pickled copy (nlp.pipe's processes) keeps them
+    assert copied.shipped == words.shipped
+    numpy.testing.assert_array_equal(copied.rows[:3], words.rows[:3])
+    # Trained on, the layer ships its words' rows under the new weights, from the features training kept.
+    out, backprop = loaded.begin_update(train)
+    backprop([numpy.ones_like(x) for x in out])
+    loaded.finish_update(Adam(0.1))
+    n_computed = len(computed)
+    again = USEFeatures(width=8, contextual="word").from_bytes(loaded.to_bytes())
+    assert len(computed) == n_computed
+    assert again.attrs["projected_words"].shipped == shipped
+    assert [again.attrs["projected_words"].counts[orth] for orth in shipped] == [8, 6, 4]
+    assert not numpy.array_equal(again.attrs["projected_words"].rows[:3], shipped_rows)
+    numpy.testing.assert_array_equal(again.predict(docs[:1])[0], loaded.predict(docs[:1])[0])
+    # A layer saved before it shipped words (no such attribute) loads, and computes them.
+    msg = srsly.msgpack_loads(data)
+    del msg["attrs"][0]["projected_words"]
+    old = USEFeatures(width=8, contextual="word").from_bytes(srsly.msgpack_dumps(msg))
+    assert not old.attrs["projected_words"].shipped
+    numpy.testing.assert_allclose(old.predict(docs)[0], layer.predict(docs)[0], rtol=1e-3, atol=1e-3)
 
 
 def test_with_contextual_word_each_word_gets_the_cnn_over_its_pieces_alone():
@@ -249,11 +303,15 @@ def test_fofe_ner_over_use_features_learns_the_nested_spans_and_scores_long_docs
     numpy.testing.assert_allclose(windowed[rows], alone[:rows.sum()], atol=1e-5)
 
 
-def test_fofe_ner_over_word_features_learns_the_nested_spans_and_loads_from_disk(tmp_path):
+def test_fofe_ner_over_word_features_learns_the_nested_spans_and_loads_from_disk(tmp_path, monkeypatch):
     use = {"@layers": "spacy_fofe.USEFeatures.v1", "width": 16, "contextual": "word"}
     tok2vec = {"@layers": "concatenate.v1", "*": {"embed": WORD_DROPOUT_EMBED, "use": use}}
     nlp = overfit_with_tok2vec(spacy.blank("en"), tok2vec)
     nlp.to_disk(tmp_path)
+    computed = _computed_words(monkeypatch)
     loaded = spacy.load(tmp_path)
     for text, spans in NESTED:
         assert predicted(loaded(text)) == sorted(spans), text
+    assert computed == []  # the pipeline came with its training words' rows
+    loaded("Ann visited Quillmere .")
+    assert computed == ["Quillmere"]
