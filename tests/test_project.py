@@ -444,6 +444,25 @@ def test_benchmark_trains_every_system_with_the_same_steps_and_cached_reader(tmp
         assert config["training"]["max_steps"] == 123
 
 
+def test_benchmark_times_a_first_pass_from_a_cold_pipeline_and_reports_it(tmp_path, trained):
+    benchmark = load_benchmark_script()
+    trained.to_disk(tmp_path / "model")
+    examples = make_examples(trained, NESTED)
+    DocBin(docs=[eg.reference for eg in examples]).to_disk(tmp_path / "test.spacy")
+    benchmark.measure(str(tmp_path / "model"), str(tmp_path / "test.spacy"), str(tmp_path / "measure.json"), -1)
+    measured = json.loads((tmp_path / "measure.json").read_text())
+    assert measured["spans_sc_f"] == 1.0 and measured["words_per_second"] > 0
+    assert measured["first_pass_words_per_second"] > 0
+    row = {"vectors": False, "spans_sc_p": 0.8, "spans_sc_r": 0.8, "spans_sc_f": 0.8, "spans_sc_strict_f": 0.7,
+           "train_seconds": 1, "train_peak_mb": 1, "inference_peak_mb": 1, "device": "cpu"}
+    rows = [{**row, "system": "fofe_ner", "words_per_second": 3000, "first_pass_words_per_second": 1500},
+            {**row, "system": "ner-stock", "words_per_second": 1000, "first_pass_words_per_second": 1000}]
+    benchmark.write_reports(rows, tmp_path / "out", nested=True)
+    table = (tmp_path / "out" / "benchmark.md").read_text()
+    assert "| words/s | words/s, first pass |" in table and "| 3000 | 1500 |" in table
+    assert "fofe_ner vs ner-stock: F1 +0.00 points, words/s 3.00x (first pass 1.50x)" in table
+
+
 @pytest.mark.slow
 def test_long_docs_benchmark_writes_both_sweeps(tmp_path):
     import spacy
