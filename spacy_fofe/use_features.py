@@ -480,8 +480,8 @@ def _pieces(encoder, words: List[str]) -> List[Tuple[int, ...]]:
     if len(known) + len(new) > _MAX_KNOWN_WORDS:
         known.clear()
         new = list(unique)
-    if new:
-        for word, ids in zip(new, encoder["tokenizer"].encode(new, add_bos=False, add_eos=False)):
+    if new:  # on one thread: sentencepiece's pool costs more than it saves on a batch's new words
+        for word, ids in zip(new, encoder["tokenizer"].encode(new, add_bos=False, add_eos=False, num_threads=1)):
             known[word] = tuple(ids) or (_UNKNOWN,)
     return [known[word] for word in words]
 

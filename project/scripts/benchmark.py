@@ -12,7 +12,8 @@ under "sc", all levels, and for nested data GermEval's strict level-aware metric
 spaCy's `ner` learns the outer level, doc.ents, so its recall stops there: it is there as the
 speed reference), training
 wall time, inference words/sec (nlp.pipe over the test texts, batch size 1000, best of 3 after
-a warm-up; and the first pass, right after loading, where every word is new to the pipeline) and peak memory (max RSS of the training and of the inference process). Every
+a warm-up; and the first pass, right after loading, where every word is new to the pipeline) and
+peak memory (max RSS of the training and of the inference process). Every
 training and measurement runs on one thread (ONE_THREAD). Writes
 OUT/benchmark.json, OUT/benchmark.md and OUT/benchmark.png (F1 against words/sec), and the
 corpus's section of project/RESULTS.md (--results).
