@@ -226,17 +226,6 @@ def _deserialize_projected_words(_, value: bytes, name: str, model: Model) -> _P
     return _ProjectedWords.from_bytes(value)
 
 
-def _word_features16(texts: List[str]) -> numpy.ndarray:
-    """The words' features (the CNN over each word alone) as float16, as training reads them: those
-    training keeps, the others computed."""
-    encoder = _load_encoder()
-    known = encoder["word_features"]
-    missing = [text for text in texts if text not in known]
-    computed = dict(zip(missing, _word_rows(encoder, missing).astype(numpy.float16)))
-    rows = [known[text] if text in known else computed[text] for text in texts]
-    return numpy.asarray(rows, dtype=numpy.float16).reshape(len(texts), 1280)
-
-
 def _with_room(rows: numpy.ndarray, n_rows: int, n_new: int) -> numpy.ndarray:
     """`rows` (its first `n_rows` filled) with room for `n_new` more: the same array, or one twice as long."""
     if n_rows + n_new <= len(rows):
@@ -358,7 +347,7 @@ def doc_features(docs: Sequence[Sequence[str]], contextual: Union[bool, str] = T
     tokens' features)."""
     encoder = _load_encoder() if docs else None
     if contextual == "word":
-        return _word_features(encoder, docs, sentence) if docs else []
+        return _word_features(docs, sentence) if docs else []
     features: List[numpy.ndarray] = []
     start = tokens = 0
     for i, doc in enumerate(docs):
@@ -400,25 +389,34 @@ def _chunk_features(encoder, docs: Sequence[Sequence[str]], contextual: bool, se
     return numpy.split(out, numpy.cumsum(doc_lengths)[:-1])
 
 
-def _word_features(encoder, docs: Sequence[Sequence[str]], sentence: bool) -> List[numpy.ndarray]:
+def _word_features(docs: Sequence[Sequence[str]], sentence: bool) -> List[numpy.ndarray]:
     """`doc_features` with `contextual="word"`: each token gets its word's features with the CNN run
     over the word alone, computed once per word and kept (as float16) while training reads them."""
-    known = encoder["word_features"]
     words = numpy.asarray(list(chain.from_iterable(docs)), dtype=str)
     distinct, word_of_token = numpy.unique(words, return_inverse=True)  # Python work per distinct word only
-    distinct = distinct.tolist()
-    new = [word for word in distinct if word not in known]
-    if len(known) + len(new) > _MAX_WORD_FEATURES:
-        known.clear()
-        new = distinct
-    known.update(zip(new, _word_rows(encoder, new).astype(numpy.float16)))
-    table = numpy.asarray([known[word] for word in distinct], dtype=numpy.float32).reshape(len(distinct), 1280)
-    out = table[word_of_token.reshape(-1)]
+    out = _word_features16(distinct.tolist(), keep=True).astype(numpy.float32)[word_of_token.reshape(-1)]
     doc_lengths = numpy.fromiter(map(len, docs), dtype=numpy.int64, count=len(docs))
     if sentence:  # the doc's mean of its tokens' features
         doc_of_token = numpy.repeat(numpy.arange(len(docs)), doc_lengths)
         out = numpy.concatenate([out, _mean_rows(out, doc_lengths)[doc_of_token]], axis=1)
     return numpy.split(out, numpy.cumsum(doc_lengths)[:-1])
+
+
+def _word_features16(words: List[str], keep: bool = False) -> numpy.ndarray:
+    """The distinct words' features (the CNN over each word alone) as float16, as training reads them:
+    those kept for training, the others computed; with `keep`, these are kept too (past
+    `_MAX_WORD_FEATURES` the kept ones start afresh from this call's words)."""
+    encoder = _load_encoder()
+    known = encoder["word_features"]
+    missing = [word for word in words if word not in known]
+    computed = dict(zip(missing, _word_rows(encoder, missing).astype(numpy.float16)))
+    rows = [known[word] if word in known else computed[word] for word in words]
+    if keep and len(known) + len(computed) > _MAX_WORD_FEATURES:
+        known.clear()
+        known.update(zip(words, rows))
+    elif keep:
+        known.update(computed)
+    return numpy.asarray(rows, dtype=numpy.float16).reshape(len(words), 1280)
 
 
 def _word_rows(encoder, words: Sequence[str]) -> numpy.ndarray:
