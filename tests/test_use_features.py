@@ -200,6 +200,18 @@ def test_with_contextual_word_each_word_gets_the_cnn_over_its_pieces_alone():
     numpy.testing.assert_allclose(with_mean[2][:, 1280:], numpy.tile(by_word[2].mean(axis=0), (4, 1)), atol=1e-5)
 
 
+def test_words_sharing_their_pieces_work_get_the_features_each_gets_alone(monkeypatch):
+    encoder = use_features._load_encoder()
+    words = ["Oberbürgermeisterin", "Bürgermeister", "Köln", "Kölner", "Rhein", "Rheinufer", "am", "\n"]
+    alone = numpy.concatenate([use_features._chunk_features(encoder, [[word]], True, False)[0] for word in words])
+    # Groups and passes that split the words unevenly: one piece stage serves several passes.
+    monkeypatch.setattr(use_features, "_WORDS_PER_GROUP", 5)
+    monkeypatch.setattr(use_features, "_WORDS_PER_PASS", 2)
+    numpy.testing.assert_allclose(use_features._word_rows(encoder, words), alone, atol=1e-5)
+    shared = {piece for word in words[:5] for piece in use_features._pieces(encoder, [word])[0]}
+    assert len(shared) < sum(len(use_features._pieces(encoder, [word])[0]) for word in words[:5])
+
+
 def test_the_word_features_start_afresh_past_their_size(monkeypatch):
     encoder = use_features._load_encoder()
     monkeypatch.setattr(use_features, "_MAX_WORD_FEATURES", 3)
