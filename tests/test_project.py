@@ -463,6 +463,30 @@ def test_benchmark_times_a_first_pass_from_a_cold_pipeline_and_reports_it(tmp_pa
     assert "fofe_ner vs ner-stock: F1 +0.00 points, words/s 3.00x (first pass 1.50x)" in table
 
 
+def test_benchmark_measures_the_systems_in_turn_and_keeps_each_ones_best_speed(tmp_path, monkeypatch):
+    benchmark = load_benchmark_script()
+    speeds = iter([(900, 500), (1200, 400), (800, 700), (1000, 300)])  # rounds 2 and 3, a then b in each
+    calls = []
+
+    def fake_run(command):
+        calls.append(Path(command[3]).name)
+        words, first = next(speeds)
+        Path(command[5]).write_text(json.dumps({"words_per_second": words, "first_pass_words_per_second": first}))
+        return 1.0, 10.0
+
+    monkeypatch.setattr(benchmark, "run_measured", fake_run)
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    rows = [{"system": "a", "vectors": False, "model": str(tmp_path / "a" / "ma"), "words_per_second": 1000,
+             "first_pass_words_per_second": 450},
+            {"system": "b", "vectors": False, "model": str(tmp_path / "b" / "mb"), "words_per_second": 1100,
+             "first_pass_words_per_second": 350}]
+    args = argparse.Namespace(speed_rounds=3, out=str(tmp_path), corpus=str(tmp_path), gpu_id=-1)
+    benchmark.speed_rounds(args, rows)
+    assert calls == ["ma", "mb", "ma", "mb"]
+    assert [(r["words_per_second"], r["first_pass_words_per_second"]) for r in rows] == [(1000, 700), (1200, 400)]
+
+
 @pytest.mark.slow
 def test_long_docs_benchmark_writes_both_sweeps(tmp_path):
     import spacy
