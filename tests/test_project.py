@@ -485,6 +485,10 @@ def test_benchmark_measures_the_systems_in_turn_and_keeps_each_ones_best_speed(t
     benchmark.speed_rounds(args, rows)
     assert calls == ["ma", "mb", "ma", "mb"]
     assert [(r["words_per_second"], r["first_pass_words_per_second"]) for r in rows] == [(1000, 700), (1200, 400)]
+    monkeypatch.setattr(sys, "argv", ["benchmark.py", str(tmp_path), str(tmp_path), "--speed-rounds", "0"])
+    with pytest.raises(SystemExit):
+        benchmark.main()
+    assert calls == ["ma", "mb", "ma", "mb"]  # refused before measuring anything
 
 
 @pytest.mark.slow

@@ -255,6 +255,8 @@ def main() -> None:
         return measure(*args.measure, args.gpu_id)
     if not (args.corpus and args.out):
         parser.error("corpus and out are required")
+    if args.speed_rounds < 1:
+        parser.error("--speed-rounds must be at least 1: the first round also scores the systems")
     from tqdm import tqdm
 
     settings = [False] + ([True] if args.vectors else [])
