@@ -208,6 +208,7 @@ def test_words_sharing_their_pieces_work_get_the_features_each_gets_alone(monkey
     monkeypatch.setattr(use_features, "_WORDS_PER_GROUP", 5)
     monkeypatch.setattr(use_features, "_WORDS_PER_PASS", 2)
     numpy.testing.assert_allclose(use_features._word_rows(encoder, words), alone, atol=1e-5)
+    # and the first group's words do have pieces in common, which its stage computes once
     shared = {piece for word in words[:5] for piece in use_features._pieces(encoder, [word])[0]}
     assert len(shared) < sum(len(use_features._pieces(encoder, [word])[0]) for word in words[:5])
 
