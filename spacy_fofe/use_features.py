@@ -26,7 +26,9 @@ own: what the CNN makes of a word's pieces together (a compound's parts, a rare 
 without the words around it, which fofe_ner's context codes read anyway. A word's features then do
 not depend on its context, so each word's are computed once, when it is first seen, and kept
 (projected, for predictions): after its first sight a word costs a lookup, and a saved pipeline
-ships the projected rows of its training words, so those cost a lookup from its first doc on.
+ships the projected rows of its training words and of its language's most frequent other words
+(`frequent_words`, from spacy-lookups-data's word frequencies where it is installed and has the
+language), so those cost a lookup from its first doc on.
 With `sentence`, the doc's vector is the mean of its tokens' features.
 """
 
@@ -39,7 +41,7 @@ import srsly
 from spacy.attrs import ORTH
 from spacy.strings import hash_string
 from spacy.tokens import Doc
-from spacy.util import registry
+from spacy.util import load_language_data, registry
 from thinc.api import Dropout, Linear, Model, deserialize_attr, serialize_attr, with_array
 from thinc.api import chain as chain_layers
 from thinc.types import Floats2d
@@ -54,8 +56,9 @@ _CHUNK_TOKENS = 500
 # Words whose pieces are remembered; past this the memo starts afresh, so a long-running process
 # that sees ever more word forms does not grow without bound.
 _MAX_KNOWN_WORDS = 1_000_000
-# Words whose features (contextual="word", 2.5 kB each) are kept for training; and words per encoder pass.
-_MAX_WORD_FEATURES = 200_000
+# Words whose features (contextual="word", 2.5 kB each) are kept for training (its words, and the
+# language's frequent words a saved pipeline ships); and words per encoder pass.
+_MAX_WORD_FEATURES = 300_000
 _WORDS_PER_PASS = 200
 # Words whose pieces' share of the CNN is computed together (15 kB a distinct piece).
 _WORDS_PER_GROUP = 2048
@@ -63,16 +66,23 @@ _WORDS_PER_GROUP = 2048
 # projected in one product, so that their float32 features stay a few MB.
 _MAX_SHIPPED_WORDS = 100_000
 _WORDS_PER_PROJECTION = 4096
+# Languages' most frequent words (spacy-lookups-data's lexeme_prob), ranked: enough for a number of
+# them after the shipped training words are left out; read once per process.
+_RANKED_WORDS: Dict[Tuple[str, int], List[str]] = {}
 
 
 @registry.layers("spacy_fofe.USEFeatures.v1")
 def USEFeatures(width: int = 64, contextual: Union[bool, str] = True, dropout: float = 0.1,
-                sentence: bool = False) -> Model[List[Doc], List[Floats2d]]:
+                sentence: bool = False, frequent_words: int = 100_000) -> Model[List[Doc], List[Floats2d]]:
     """Each token's USE features (its pieces' mean, and with `sentence` its doc's sentence vector),
     projected to `width` by a trained layer. contextual: true, the CNN over the doc's pieces; "word",
-    the CNN over each word's pieces alone; false, the pieces' embedding rows only."""
+    the CNN over each word's pieces alone; false, the pieces' embedding rows only. frequent_words:
+    with "word", how many of the language's most frequent words not among its training words a saved
+    pipeline ships rows for (`width` float16 numbers each)."""
     if width < 1:
         raise ValueError(f"spacy_fofe.USEFeatures.v1: width must be at least 1, got {width}")
+    if frequent_words < 0:
+        raise ValueError(f"spacy_fofe.USEFeatures.v1: frequent_words must be at least 0, got {frequent_words}")
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"spacy_fofe.USEFeatures.v1: dropout must be in [0, 1), got {dropout}")
     if contextual not in (True, False, "word"):
@@ -86,7 +96,8 @@ def USEFeatures(width: int = 64, contextual: Union[bool, str] = True, dropout: f
     # The same tree as chain(encoder, projection), so pipelines saved before this layer had its own
     # forward still load.
     return Model("use_features", _forward, init=_init, layers=[encoder, projection], refs={"linear": linear},
-                 dims={"nO": width}, attrs={"projected": _ProjectedPieces(), "projected_words": _ProjectedWords()})
+                 dims={"nO": width}, attrs={"projected": _ProjectedPieces(), "projected_words": _ProjectedWords(),
+                                            "frequent_words": frequent_words})
 
 
 def _init(model: Model, X=None, Y=None) -> None:
@@ -150,7 +161,8 @@ class _ProjectedWords:
     projection's weights, kept as float16: they do not depend on a word's context, so each word's are
     computed once, when it is first seen, and all are dropped when the weights change. The words seen
     in training are counted, and a saved pipeline ships the rows of the most frequent of them
-    (`_MAX_SHIPPED_WORDS`), so that text like its training text costs lookups from its first doc on."""
+    (`_MAX_SHIPPED_WORDS`), then of its language's most frequent other words (the layer's
+    `frequent_words`), so that text in its language costs fewer encoder runs on its first pass."""
 
     def __init__(self):
         self.weights = numpy.zeros((0, 0), dtype=numpy.float32)
@@ -159,6 +171,8 @@ class _ProjectedWords:
         self.shipped: List[int] = []  # the ORTH ids of the first rows, those loaded with the pipeline
         self.counts: Dict[int, int] = {}  # words seen in training (ORTH id -> tokens) and their texts
         self.texts: Dict[int, str] = {}
+        self.lang = ""  # the training docs' language, and the texts of its frequent words shipped last
+        self.frequent: List[str] = []
 
     def __reduce__(self):  # a pickled or copied model keeps the shipped rows, not those computed since
         return (_ProjectedWords.from_bytes, (self.to_bytes(),))
@@ -166,16 +180,16 @@ class _ProjectedWords:
     def count(self, docs: List[Doc]) -> None:
         """Count the words of training docs: the shipped rows are those of the most frequent."""
         orths, counts = numpy.unique(numpy.concatenate([doc.to_array(ORTH) for doc in docs]), return_counts=True)
-        strings = docs[0].vocab.strings
+        strings, self.lang = docs[0].vocab.strings, docs[0].vocab.lang
         for orth, n in zip(orths.tolist(), counts.tolist()):
             if orth in self.counts:
                 self.counts[orth] += n
             elif len(self.counts) < _MAX_KNOWN_WORDS:
                 self.counts[orth], self.texts[orth] = n, strings[orth]
 
-    def lookup(self, weights: numpy.ndarray, orths: numpy.ndarray, strings) -> numpy.ndarray:
+    def lookup(self, weights: numpy.ndarray, orths: numpy.ndarray, strings, keep: bool = False) -> numpy.ndarray:
         """The features of the words `orths` (distinct ORTH ids; `strings[orth]` their texts) times
-        `weights.T`, as float16."""
+        `weights.T`, as float16; with `keep`, the features computed are kept for training's next save."""
         if not numpy.array_equal(self.weights, weights):
             self.weights, self.slots, self.shipped = weights.copy(), {}, []
             self.rows = numpy.zeros((1024, len(weights)), dtype=numpy.float16)
@@ -188,34 +202,57 @@ class _ProjectedWords:
             self.rows = _with_room(self.rows, n_rows, len(new))
             texts = [strings[orth] for orth in orths[new].tolist()]  # only the new words' texts are needed
             for start in range(0, len(new), _WORDS_PER_PROJECTION):
-                block = _word_features16(texts[start:start + _WORDS_PER_PROJECTION]).astype(numpy.float32)
+                block = _word_features16(texts[start:start + _WORDS_PER_PROJECTION], keep).astype(numpy.float32)
                 self.rows[n_rows + start:n_rows + start + len(block)] = block @ weights.T
             slots.update(zip(orths[new].tolist(), range(n_rows, n_rows + len(new))))
         return self.rows[numpy.fromiter(map(slots.__getitem__, orths.tolist()), dtype=numpy.int64, count=len(orths))]
 
     def to_bytes(self, model: Optional[Model] = None) -> bytes:
-        """The shipped words (texts, training counts) and their rows under `model`'s weights (those
-        loaded, without `model`); they are computed now for words whose rows are not kept."""
+        """The shipped words (training words' texts and counts, then the frequent words' texts) and their
+        rows under `model`'s weights (those loaded, without `model`); they are computed now for words whose
+        rows are not kept, and their features kept, as training saves again and again."""
         orths = sorted(self.counts, key=self.counts.__getitem__, reverse=True)[:_MAX_SHIPPED_WORDS]
+        frequent = self.frequent
         if model is not None and orths:
+            frequent = _frequent_words(self.lang, model.attrs["frequent_words"], set(orths))
+            texts = {**self.texts, **{hash_string(text): text for text in frequent}}
             weights = _projection_weights(model)[0]
-            rows = self.lookup(weights, numpy.asarray(orths, dtype=numpy.uint64), self.texts)
-        elif orths and orths == self.shipped:
-            weights, rows = self.weights, self.rows[:len(orths)]
+            shipped = numpy.asarray(orths + [hash_string(text) for text in frequent], dtype=numpy.uint64)
+            rows = self.lookup(weights, shipped, texts, keep=True)
+        elif orths and orths + [hash_string(text) for text in frequent] == self.shipped:
+            weights, rows = self.weights, self.rows[:len(self.shipped)]
         else:  # words counted since the rows were made, and no weights to project with: the counts alone
             weights, rows = numpy.zeros((0, 0), dtype=numpy.float32), numpy.zeros((0, 0), dtype=numpy.float16)
-        return srsly.msgpack_dumps({"texts": [self.texts[orth] for orth in orths],
-                                    "counts": [self.counts[orth] for orth in orths], "rows": rows, "weights": weights})
+            frequent = []
+        return srsly.msgpack_dumps({"texts": [self.texts[orth] for orth in orths], "frequent": frequent,
+                                    "counts": [self.counts[orth] for orth in orths], "rows": rows, "weights": weights,
+                                    "lang": self.lang})
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "_ProjectedWords":
         msg, words = srsly.msgpack_loads(data), cls()
         orths = [hash_string(text) for text in msg["texts"]]
         words.counts, words.texts = dict(zip(orths, msg["counts"])), dict(zip(orths, msg["texts"]))
+        words.lang = msg.get("lang", "")  # pipelines saved before the frequent words have neither
         if len(msg["rows"]):
+            words.frequent = list(msg.get("frequent", []))
+            shipped = orths + [hash_string(text) for text in words.frequent]
             words.weights, words.rows = msg["weights"].copy(), msg["rows"].copy()
-            words.shipped, words.slots = orths, {orth: row for row, orth in enumerate(orths)}
+            words.shipped, words.slots = shipped, {orth: row for row, orth in enumerate(shipped)}
         return words
+
+
+def _frequent_words(lang: str, n: int, exclude: set) -> List[str]:
+    """The `n` most frequent words of `lang` whose ORTH ids are not in `exclude`, by spacy-lookups-data's
+    lexeme_prob; none where it is not installed or lacks the language (the saved pipeline then ships its
+    training words' rows alone, and other words cost an encoder run on their first sight)."""
+    if n == 0 or not lang:
+        return []
+    if (lang, n) not in _RANKED_WORDS:
+        tables = registry.lookups.get(lang) if lang in registry.lookups else {}
+        probs = load_language_data(tables["lexeme_prob"]) if "lexeme_prob" in tables else {}
+        _RANKED_WORDS[(lang, n)] = sorted(probs, key=probs.__getitem__, reverse=True)[:n + _MAX_SHIPPED_WORDS]
+    return [word for word in _RANKED_WORDS[(lang, n)] if hash_string(word) not in exclude][:n]
 
 
 @serialize_attr.register(_ProjectedWords)

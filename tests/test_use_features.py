@@ -147,7 +147,7 @@ def test_a_saved_layer_ships_the_rows_of_its_most_frequent_training_words(monkey
 
     nlp = spacy.blank("de")
     train = [nlp("Köln Köln Bonn und Köln ."), nlp("Bonn und Paris Köln Bonn")]
-    layer = USEFeatures(width=8, contextual="word")
+    layer = USEFeatures(width=8, contextual="word", frequent_words=0)  # the training words alone
     layer.initialize(X=train)
     out, backprop = layer.begin_update(train)
     backprop([numpy.ones_like(x) for x in out])
@@ -185,6 +185,64 @@ def test_a_saved_layer_ships_the_rows_of_its_most_frequent_training_words(monkey
     old = USEFeatures(width=8, contextual="word").from_bytes(srsly.msgpack_dumps(msg))
     assert not old.attrs["projected_words"].shipped
     numpy.testing.assert_allclose(old.predict(docs)[0], layer.predict(docs)[0], rtol=1e-3, atol=1e-3)
+
+
+def test_a_saved_layer_also_ships_the_rows_of_its_languages_most_frequent_other_words(monkeypatch):
+    import srsly
+    from thinc.api import Adam
+
+    pytest.importorskip("spacy_lookups_data", reason="the lookups extra: German word frequencies")
+
+    def train_once(layer, docs):
+        out, backprop = layer.begin_update(docs)
+        backprop([numpy.ones_like(x) for x in out])
+        layer.finish_update(Adam(0.1))
+
+    nlp = spacy.blank("de")
+    train = [nlp("und Köln die Bonn und")]
+    layer = USEFeatures(width=8, contextual="word", frequent_words=3)
+    layer.initialize(X=train)
+    train_once(layer, train)
+    computed = _computed_words(monkeypatch)
+    data = layer.to_bytes()
+    # German's most frequent words are "und", "die", "der", "in", '"': the first three not trained on.
+    words = USEFeatures(width=8, contextual="word").from_bytes(data).attrs["projected_words"]
+    assert words.frequent == ["der", "in", '"'] and words.lang == "de"
+    assert sorted(words.texts.values()) == ["Bonn", "Köln", "die", "und"]  # the counts are training's alone
+    assert len(words.shipped) == len(set(words.shipped)) == 7
+    assert sorted(computed) == sorted(["und", "Köln", "die", "Bonn", "der", "in", '"'])
+    docs = [nlp("der Rhein in Köln")]
+    expected = layer.predict(docs)[0]
+    # Saved again after more training: new rows, from the features the first save kept.
+    train_once(layer, train)
+    n_computed = len(computed)
+    again = USEFeatures(width=8, contextual="word").from_bytes(layer.to_bytes()).attrs["projected_words"]
+    assert len(computed) == n_computed and again.shipped == words.shipped
+    assert not numpy.array_equal(again.rows[:7], words.rows[:7])
+    # Loaded, the frequent words cost a lookup and predict as the trained layer does.
+    loaded = USEFeatures(width=8, contextual="word").from_bytes(data)
+    n_computed = len(computed)
+    numpy.testing.assert_array_equal(loaded.predict(docs)[0], expected)
+    assert computed[n_computed:] == ["Rhein"]
+    assert loaded.to_bytes() == data  # and serialize as they came
+    copied = pickle.loads(pickle.dumps(loaded.attrs["projected_words"]))
+    assert copied.frequent == words.frequent and copied.shipped == words.shipped
+    # A layer saved before it shipped frequent words (rows for the training words, no language) loads.
+    msg = srsly.msgpack_loads(data)
+    inner = srsly.msgpack_loads(msg["attrs"][0]["projected_words"])
+    inner["rows"] = inner["rows"][:4]
+    del inner["frequent"], inner["lang"]
+    msg["attrs"][0]["projected_words"] = srsly.msgpack_dumps(inner)
+    old = USEFeatures(width=8, contextual="word").from_bytes(srsly.msgpack_dumps(msg)).attrs["projected_words"]
+    assert old.frequent == [] and old.lang == "" and len(old.shipped) == 4
+    # None for frequent_words=0, or a language spacy-lookups-data has no frequencies for.
+    for lang, n in [("de", 0), ("xx", 3)]:
+        other = spacy.blank(lang)
+        layer = USEFeatures(width=8, contextual="word", frequent_words=n)
+        layer.initialize(X=[other("und Köln")])
+        train_once(layer, [other("und Köln")])
+        words = USEFeatures(width=8, contextual="word").from_bytes(layer.to_bytes()).attrs["projected_words"]
+        assert words.frequent == [] and len(words.shipped) == 2
 
 
 def test_with_contextual_word_each_word_gets_the_cnn_over_its_pieces_alone():
@@ -286,7 +344,7 @@ def test_the_pieces_memo_starts_afresh_past_its_size(monkeypatch):
     assert set(encoder["pieces"]) == {"drei", "vier"} and pieces[0] == pieces[2]
 
 
-@pytest.mark.parametrize("setting", [{"width": 0}, {"dropout": 1.0}, {"contextual": "words"}])
+@pytest.mark.parametrize("setting", [{"width": 0}, {"dropout": 1.0}, {"contextual": "words"}, {"frequent_words": -1}])
 def test_bad_settings_are_refused(setting):
     with pytest.raises(ValueError, match="USEFeatures"):
         USEFeatures(**setting)
