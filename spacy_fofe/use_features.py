@@ -171,7 +171,7 @@ class _ProjectedWords:
         self.shipped: List[int] = []  # the ORTH ids of the first rows, those loaded with the pipeline
         self.counts: Dict[int, int] = {}  # words seen in training (ORTH id -> tokens) and their texts
         self.texts: Dict[int, str] = {}
-        self.lang = ""  # the training docs' language, and the texts of its frequent words shipped last
+        self.lang = ""  # the training docs' language, and the frequent words among the loaded rows
         self.frequent: List[str] = []
 
     def __reduce__(self):  # a pickled or copied model keeps the shipped rows, not those computed since
