@@ -21,7 +21,7 @@ precedence over the package's.
 
 from functools import partial
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy
 from spacy.attrs import intify_attr
@@ -155,14 +155,13 @@ def _read_table(vocab, table: str) -> Tuple[numpy.ndarray, numpy.ndarray]:
         keys = numpy.fromiter(entries.keys(), dtype="uint64", count=len(entries))
         raw = list(entries.values())
     else:
-        lang = vocab.lang
-        if lang not in registry.lookups or table not in registry.lookups.get(lang):
+        data = language_table(vocab.lang, table)
+        if data is None:
             raise ValueError(
-                f"spacy_fofe.LexemeTablesEmbed.v1: no lexeme table {table!r} for language {lang!r}. "
+                f"spacy_fofe.LexemeTablesEmbed.v1: no lexeme table {table!r} for language {vocab.lang!r}. "
                 f"Install spaCy's lookups data (pip install spacy-lookups-data; it has lexeme_cluster and "
                 f"lexeme_prob for de, en and es), or put the table in the vocab ([initialize.lookups])."
             )
-        data = load_language_data(registry.lookups.get(lang)[table])
         keys = numpy.fromiter((get_string_id(word) for word in data), dtype="uint64", count=len(data))
         raw = list(data.values())
     try:
@@ -171,6 +170,13 @@ def _read_table(vocab, table: str) -> Tuple[numpy.ndarray, numpy.ndarray]:
         raise ValueError(f"spacy_fofe.LexemeTablesEmbed.v1: the lexeme table {table!r} must map words to numbers "
                          f"(cluster ids, log frequencies); it holds {type(raw[0]).__name__} values") from None
     return keys, values
+
+
+def language_table(lang: str, table: str) -> Optional[dict]:
+    """spacy-lookups-data's table for `lang` ({word: value}), or None where it is not installed or lacks it."""
+    if lang not in registry.lookups or table not in registry.lookups.get(lang):
+        return None
+    return load_language_data(registry.lookups.get(lang)[table])
 
 
 def lookup_values(keys: numpy.ndarray, values: numpy.ndarray, queries: numpy.ndarray) -> numpy.ndarray:

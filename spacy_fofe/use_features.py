@@ -41,10 +41,12 @@ import srsly
 from spacy.attrs import ORTH
 from spacy.strings import hash_string
 from spacy.tokens import Doc
-from spacy.util import load_language_data, registry
+from spacy.util import registry
 from thinc.api import Dropout, Linear, Model, deserialize_attr, serialize_attr, with_array
 from thinc.api import chain as chain_layers
 from thinc.types import Floats2d
+
+from .lexeme_tables import language_table
 
 _BOS, _EOS, _UNKNOWN = 1, 2, 0
 # Per-doc features kept while training (float16, 2.5 kB a token with the CNN, 3.5 kB with sentence):
@@ -215,10 +217,10 @@ class _ProjectedWords:
         frequent = self.frequent
         if model is not None and orths:
             frequent = _frequent_words(self.lang, model.attrs["frequent_words"], set(orths))
-            texts = {**self.texts, **{hash_string(text): text for text in frequent}}
+            frequent_orths = [hash_string(text) for text in frequent]
+            texts = {**self.texts, **dict(zip(frequent_orths, frequent))}
             weights = _projection_weights(model)[0]
-            shipped = numpy.asarray(orths + [hash_string(text) for text in frequent], dtype=numpy.uint64)
-            rows = self.lookup(weights, shipped, texts, keep=True)
+            rows = self.lookup(weights, numpy.asarray(orths + frequent_orths, dtype=numpy.uint64), texts, keep=True)
         elif orths and orths + [hash_string(text) for text in frequent] == self.shipped:
             weights, rows = self.weights, self.rows[:len(self.shipped)]
         else:  # words counted since the rows were made, and no weights to project with: the counts alone
@@ -249,8 +251,7 @@ def _frequent_words(lang: str, n: int, exclude: set) -> List[str]:
     if n == 0 or not lang:
         return []
     if (lang, n) not in _RANKED_WORDS:
-        tables = registry.lookups.get(lang) if lang in registry.lookups else {}
-        probs = load_language_data(tables["lexeme_prob"]) if "lexeme_prob" in tables else {}
+        probs = language_table(lang, "lexeme_prob") or {}
         _RANKED_WORDS[(lang, n)] = sorted(probs, key=probs.__getitem__, reverse=True)[:n + _MAX_SHIPPED_WORDS]
     return [word for word in _RANKED_WORDS[(lang, n)] if hash_string(word) not in exclude][:n]
 
