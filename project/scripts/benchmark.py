@@ -1,8 +1,8 @@
 """Benchmark fofe_ner against spaCy's ner and spancat on one corpus, on this machine, in one run.
 
-For each system (and each vectors setting) it trains a pipeline (or reuses one whose training
-finished under OUT/<name>), every system with the same --max-steps and the same corpus
-reader, spaCy's peers with the hash tables, the lexeme tables, the USE features and the
+For each system (and each vectors setting; the -stock systems once) it trains a pipeline (or
+reuses one whose training finished under OUT/<name>), every system with the same --max-steps and
+the same corpus reader, spaCy's peers with the hash tables, the lexeme tables, the USE features and the
 optimizer settings of fofe_ner's config (the systems `spancat-stock` and `ner-stock` are spaCy's
 CPU efficiency configs as `spacy init config` writes them, only the n-gram sizes and the reader set);
 fofe_ner's decoding is then tuned on dev (`python -m spacy fofe tune`, into
