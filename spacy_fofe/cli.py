@@ -135,6 +135,9 @@ class _KeepingScorer(Scorer):
         return super().score(self.examples, **kwargs)
 
 
+SEEN_COUNTS = ("gold", "found", "predicted", "correct")
+
+
 @fofe_cli.command("evaluate")
 def evaluate_cli(
     # fmt: off
@@ -145,14 +148,16 @@ def evaluate_cli(
     worst: int = Opt(20, "--worst", help="Documents shown on the HTML page, most errors first"),
     component: str = Opt("fofe_ner", "--component", help="Name of the fofe_ner component"),
     sentence_starts: bool = Opt(False, "--sentence-starts", help=SENTENCE_STARTS_HELP),
+    train_path: Optional[Path] = Opt(None, "--train", exists=True, help="Training data (.spacy): also split recall "
+                                     "and precision by whether a span's text is a training span with its label"),
     code_path: Optional[Path] = Opt(None, "--code", "-c", help="Python file with registered functions to import"),
     use_gpu: int = Opt(-1, "--gpu-id", "-g", help="GPU ID or -1 for CPU"),
     # fmt: on
 ):
     """Evaluate like `spacy evaluate`, plus the level-aware scores (outer, inner, strict),
-    per-label scores, what became of the gold spans (found, or why not), and optionally an
-    HTML page of the errors per level with the worst documents' gold and predicted nested
-    spans side by side."""
+    per-label scores, what became of the gold spans (found, or why not), with --train how the
+    spans seen in training fare against the unseen ones, and optionally an HTML page of the
+    errors per level with the worst documents' gold and predicted nested spans side by side."""
     import_code(code_path)
     setup_gpu(use_gpu)
     fix_random_seed()
@@ -164,6 +169,7 @@ def evaluate_cli(
     scorer = _KeepingScorer(nlp=nlp)
     try:  # spaCy's reader says what is wrong with a file that is not a DocBin
         scores = nlp.evaluate(read_examples(data_path, nlp, sentence_starts), scorer=scorer)
+        train = read_examples(train_path, nlp) if train_path is not None else None
     except ValueError as err:
         _fail(err)
     examples = scorer.examples
@@ -193,6 +199,15 @@ def evaluate_cli(
     rows = error_analysis.fate_rows(fates)
     msg.table(rows if nested else rows[:1], header=header, aligns=("l",) + ("r",) * (len(header) - 1),
               title="What became of the gold spans")
+    seen = None
+    if train is not None:
+        mentions = error_analysis.training_mentions((eg.reference for eg in train), key)
+        seen = error_analysis.seen_in_training(examples, key, mentions)
+        header = ("text in training", "gold", "found", "R", "predicted", "correct", "P")
+        msg.table(error_analysis.seen_rows(seen), header=header, aligns=("l",) + ("r",) * (len(header) - 1),
+                  title="Spans by whether their text is a training span")
+        scores[f"{prefix}_seen"] = {category: {count: seen[count, category] for count in SEEN_COUNTS}
+                                    for category in error_analysis.SEEN}
     scores[f"{prefix}_nested"] = nested  # whether the level table above was shown (scripts/errors.py reads it)
     scores[f"{prefix}_gold_fates"] = {level: {fate: fates[level, fate] for fate in error_analysis.FATES}
                                       for level in error_analysis.LEVELS}
@@ -203,6 +218,7 @@ def evaluate_cli(
     if html_path is not None:
         analysis = error_analysis.analyse(examples, key)
         analysis.fates = fates
+        analysis.seen = seen
         html_path.parent.mkdir(parents=True, exist_ok=True)
         title = f"{component} errors: {model} on {data_path}"
         html_path.write_text(error_analysis.write_html(analysis, examples, key, title, worst), encoding="utf8")

@@ -6,13 +6,16 @@ label), a "boundary" error (an overlapping prediction with other bounds) or "mis
 prediction that overlaps no gold span of its level is "spurious".
 
 `gold_fates` says why, from the component's own probabilities: what became of each gold span.
+`seen_in_training` splits recall and precision by whether a span's text carries its label in the
+training data: a model that misses mostly unseen names needs features that generalise (word
+classes, subword features, context), one that misses seen names needs more memory of them.
 """
 
 import bisect
 import html
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import numpy
 from spacy import displacy
@@ -28,6 +31,8 @@ LEVELS = ("outer", "inner")
 KINDS = ("missed", "boundary", "label", "spurious")
 FATES = ("found", "other level", "too long", "not scored", "no entity", "other label", "below threshold",
          "decoding")
+# How a span's text occurs in the training data (`seen_in_training`).
+SEEN = ("seen", "seen with another label", "unseen")
 SpanTuple = Tuple[int, int, str]
 
 
@@ -47,6 +52,7 @@ class Analysis:
     prf: Dict[Tuple[str, str], PRFScore] = field(default_factory=dict)  # (level, label or "ALL") -> score
     docs: List[DocErrors] = field(default_factory=list)
     fates: Counter = field(default_factory=Counter)  # (level, fate) -> count, from gold_fates
+    seen: Optional[Counter] = None  # from seen_in_training, when the training data was given
 
     def score(self, level: str, label: str = "ALL") -> PRFScore:
         return self.prf.setdefault((level, label), PRFScore())
@@ -110,6 +116,48 @@ def gold_fates(ner, examples: Sequence[Example], batch_size: int = 256) -> Count
             fates[LEVELS[level], "not scored" if row < 0 else
                   _fate(scores[row], label, labels, levels[min(level, len(levels) - 1)])] += 1
     return fates
+
+
+def training_mentions(docs: Iterable[Doc], spans_key: str) -> Dict[str, Set[str]]:
+    """Each span text of the docs' gold (doc.spans[key], or doc.ents), with the labels it carries."""
+    mentions: Dict[str, Set[str]] = {}
+    for doc in docs:
+        for span in gold_spans(doc, spans_key):
+            mentions.setdefault(span.text, set()).add(span.label_)
+    return mentions
+
+
+def seen_in_training(examples: Iterable[Example], spans_key: str, mentions: Dict[str, Set[str]]) -> Counter:
+    """(count, category) -> number, over every level: for "gold" and "found" (gold spans predicted
+    with their bounds and label) and for "predicted" and "correct" (predictions that are gold spans),
+    the category of the span's text in `mentions` (`training_mentions`): "seen" with this label,
+    "seen with another label" only, or "unseen". Texts are compared exactly, as written."""
+    counts: Counter = Counter()
+    for eg in examples:
+        gold = set().union(*span_levels(eg.reference, spans_key, predicted=False))
+        pred = set().union(*predicted_levels(eg, spans_key))
+        for spans, total, hit, other in ((gold, "gold", "found", pred), (pred, "predicted", "correct", gold)):
+            for span in spans:
+                category = _seen(eg.reference[span[0]:span[1]].text, span[2], mentions)
+                counts[total, category] += 1
+                counts[hit, category] += span in other
+    return counts
+
+
+def seen_rows(counts: Counter) -> List[list]:
+    """[category, gold, found, recall, predicted, correct, precision] per category (`fofe evaluate`'s table)."""
+    def percent(part: int, whole: int) -> str:
+        return f"{100 * part / whole:.2f}" if whole else "-"
+
+    return [[category, counts["gold", category], counts["found", category],
+             percent(counts["found", category], counts["gold", category]), counts["predicted", category],
+             counts["correct", category], percent(counts["correct", category], counts["predicted", category])]
+            for category in SEEN]
+
+
+def _seen(text: str, label: str, mentions: Dict[str, Set[str]]) -> str:
+    labels = mentions.get(text)
+    return SEEN[2] if not labels else SEEN[0] if label in labels else SEEN[1]
 
 
 def fate_rows(fates: Counter) -> List[list]:
@@ -189,6 +237,10 @@ def write_html(analysis: Analysis, examples: Sequence[Example], spans_key: str, 
     if analysis.fates:
         parts.append("<h2>What became of the gold spans</h2>")
         parts.append(_table(["level", "gold", *FATES], fate_rows(analysis.fates)))
+    if analysis.seen is not None:
+        parts.append("<h2>Spans by whether their text is a training span</h2>")
+        parts.append(_table(["text in training", "gold", "found", "R", "predicted", "correct", "P"],
+                            seen_rows(analysis.seen)))
     parts.append("<h2>Per label</h2>")
     labels = sorted({label for (_, label) in analysis.prf if label != "ALL"})
     rows = [[label, level, *_prf(analysis.prf[level, label])] for label in labels for level in LEVELS

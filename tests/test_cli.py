@@ -83,8 +83,9 @@ def test_evaluate_prints_levels_writes_scores_and_the_error_page(trained, tmp_pa
     trained.to_disk(tmp_path / "model")
     data = [NESTED[0], ("Ann Lee lives in Toronto .", [(0, 2, "PER"), (4, 5, "LOC"), (2, 3, "MISC")])]
     gold = gold_file(trained, tmp_path / "test.spacy", data)
+    train = gold_file(trained, tmp_path / "train.spacy", NESTED)
     result = run("evaluate", tmp_path / "model", gold, "--output", tmp_path / "out" / "scores.json",
-                 "--html", tmp_path / "out" / "errors.html")
+                 "--html", tmp_path / "out" / "errors.html", "--train", train)
     assert result.exit_code == 0, result.output
     assert "Levels" in result.output and "strict" in result.output
     assert "1 gold spans have labels the model does not predict (MISC: 1); they count as missed" in said(result)
@@ -97,7 +98,13 @@ def test_evaluate_prints_levels_writes_scores_and_the_error_page(trained, tmp_pa
     assert fates["outer"]["found"] + fates["inner"]["found"] == 5 and fates["inner"]["found"] == 1
     assert fates["outer"]["no entity"] == 1 and sum(map(sum, (f.values() for f in fates.values()))) == 6
     assert "What became of the gold spans" in result.output
+    # --train (NESTED): every gold span's text is a training span with its label but "lives" (MISC)
+    seen = scores["spans_sc_seen"]
+    assert seen["seen"] == {"gold": 5, "found": 5, "predicted": 5, "correct": 5}
+    assert seen["unseen"] == {"gold": 1, "found": 0, "predicted": 0, "correct": 0}
+    assert "Spans by whether their text is a training span" in result.output
     page = (tmp_path / "out" / "errors.html").read_text()
+    assert "<h2>Spans by whether their text is a training span</h2>" in page
     assert "<h2>Scores and errors per level</h2>" in page and "<h2>What became of the gold spans</h2>" in page
     # the one error: "lives" (MISC), which nothing predicted, in doc 1; doc 0 is all right
     assert "<li>outer missed: &#x27;lives&#x27; [2, 3) MISC</li>" in page

@@ -1,4 +1,5 @@
-"""What became of each gold span (`error_analysis.gold_fates`), on hand-made score tables."""
+"""What became of each gold span (`error_analysis.gold_fates`), on hand-made score tables, and how the
+spans seen in training fare (`seen_in_training`)."""
 
 import numpy
 from spacy.tokens import Doc, Span, SpanGroup
@@ -6,7 +7,7 @@ from spacy.training import Example
 from spacy.vocab import Vocab
 
 from spacy_fofe.decoding import Level
-from spacy_fofe.error_analysis import FATES, gold_fates
+from spacy_fofe.error_analysis import FATES, gold_fates, seen_in_training, seen_rows, training_mentions
 from spacy_fofe.fragments import enumerate_fragments
 
 NONE, LOC, ORG = 0, 1, 2
@@ -95,3 +96,30 @@ def test_documents_are_scored_batch_by_batch_and_only_when_something_was_missed(
     fates = gold_fates(component, found + missed, batch_size=2)
     assert dict(fates) == {("outer", "found"): 5, ("outer", "no entity"): 5}
     assert component.predicted == 6  # batches [found, missed] once and [missed, missed] twice; [found, found] not
+
+
+def test_recall_and_precision_are_split_by_whether_the_text_is_a_training_span():
+    vocab = Vocab()
+    train = Doc(vocab, words="Ann Lee met Bo in Paris and Ann".split())
+    train.spans["sc"] = [Span(train, 0, 2, label="PER"), Span(train, 3, 4, label="PER"), Span(train, 5, 6, label="LOC"),
+                         Span(train, 7, 8, label="ORG")]
+    mentions = training_mentions([train], "sc")
+    assert mentions == {"Ann Lee": {"PER"}, "Bo": {"PER"}, "Paris": {"LOC"}, "Ann": {"ORG"}}
+    words = "Ann Lee saw Paris Hilton and Ann in Oslo".split()
+    gold = [(0, 2, "PER"),  # seen, found
+            (3, 5, "PER"), (3, 4, "LOC"),  # unseen, found; seen (inner), missed
+            (6, 7, "PER"),  # seen with another label (ORG), found
+            (8, 9, "LOC")]  # unseen, missed
+    predicted = [(0, 2, "PER"), (3, 5, "PER"), (6, 7, "PER"), (0, 1, "ORG"), (7, 8, "LOC")]
+    eg = example(vocab, words, gold, predicted, depths=[0, 0, 0, 1, 0])
+    counts = seen_in_training([eg], "sc", mentions)
+    assert {key: n for key, n in counts.items() if n} == {
+        ("gold", "seen"): 2, ("found", "seen"): 1, ("gold", "seen with another label"): 1,
+        ("found", "seen with another label"): 1, ("gold", "unseen"): 2, ("found", "unseen"): 1,
+        # predictions: "Ann Lee" PER seen, right; "Ann" ORG seen, wrong; "Ann" PER other label, right;
+        # "Paris Hilton" unseen, right; "in" unseen, wrong
+        ("predicted", "seen"): 2, ("correct", "seen"): 1, ("predicted", "seen with another label"): 1,
+        ("correct", "seen with another label"): 1, ("predicted", "unseen"): 2, ("correct", "unseen"): 1}
+    assert seen_rows(counts)[0] == ["seen", 2, 1, "50.00", 2, 1, "50.00"]
+    assert seen_rows(seen_in_training([eg], "sc", {}))[:2] == [["seen", 0, 0, "-", 0, 0, "-"],
+                                                                ["seen with another label", 0, 0, "-", 0, 0, "-"]]

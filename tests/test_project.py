@@ -42,6 +42,10 @@ def test_demo_workflow_runs_end_to_end(tmp_path):
     assert sum(sum(level.values()) for level in fates.values()) == gold
     found = sum(level["found"] + level["other level"] for level in fates.values())
     assert found / gold == pytest.approx(metrics["spans_sc_r"])
+    # and, given the training data, how the spans whose text was a training span fare against the rest
+    seen = metrics["spans_sc_seen"]
+    assert sum(counts["gold"] for counts in seen.values()) == gold
+    assert sum(counts["found"] for counts in seen.values()) / gold == pytest.approx(metrics["spans_sc_r"])
     page = (tmp_path / "project" / "metrics" / "demo-errors.html").read_text()
     assert "<h2>What became of the gold spans</h2>" in page
     results = tmp_path / "RESULTS.md"
@@ -52,6 +56,7 @@ def test_demo_workflow_runs_end_to_end(tmp_path):
     outer = fates["outer"]
     assert f"| outer | {sum(outer.values()):,} | {outer['found']:,} (" in section
     assert f"| strict | {100 * metrics['spans_sc_strict_p']:.2f} | " in section
+    assert f"| unseen | {seen['unseen']['gold']:,} | " in section
 
 
 def test_the_readme_main_command_installs_what_the_main_job_needs():
@@ -570,6 +575,11 @@ def test_errors_section_of_flat_data_has_one_level():
     text = errors.report({**scores, "spans_sc_nested": True}, "m", "d", "sc", "")
     assert "| inner | 0.00 | 0.00 | 0.00 |" in text and "| strict |" in text
     assert "| inner" not in errors.report({**scores, "spans_sc_nested": False}, "m", "d", "sc", "")
+    seen = {"seen": {"gold": 3, "found": 3, "predicted": 4, "correct": 3},
+            "unseen": {"gold": 1, "found": 0, "predicted": 0, "correct": 0}}
+    text = errors.report({**scores, "spans_sc_seen": seen}, "m", "d", "sc", "")
+    assert "| seen | 3 | 100.00 | 4 | 75.00 |" in text and "| unseen | 1 | 0.00 | 0 | - |" in text
+    assert "| text in training" not in errors.report(scores, "m", "d", "sc", "")
 
 
 def test_results_commit_is_marked_changed_by_code_edits_not_by_the_results_file(tmp_path, monkeypatch):

@@ -1,6 +1,8 @@
 """Where a tuned model's errors are, as a section of project/RESULTS.md: from the scores that
 `spacy fofe evaluate --output` wrote, P/R/F per level (outer, inner, strict), what became of each
-level's gold spans (found, found on the other level, or why not) and P/R/F per label.
+level's gold spans (found, found on the other level, or why not), recall and precision of the spans
+whose text is a training span with their label against the rest (`--train` given to evaluate) and
+P/R/F per label.
 
     python scripts/errors.py metrics/germeval.json --model training/germeval/model-tuned \
         --data corpus/germeval/test.spacy --config ../configs/germeval.cfg --section "Errors on germeval"
@@ -38,6 +40,16 @@ def report(scores: dict, model: str, data: str, key: str, config: str) -> str:
             if total:  # flat data has no inner row
                 cells = [f"{counts[name]:,} ({100 * counts[name] / total:.1f}%)" for name in names]
                 lines.append(f"| {level} | {total:,} | " + " | ".join(cells) + " |")
+    seen = scores.get(f"{prefix}_seen")
+    if seen:
+        lines += ["", "Over all levels, by whether a span's text is a span of the training data (`fofe evaluate "
+                  "--train`): with its label (\"seen\"), with other labels only, or not at all; recall of the gold "
+                  "spans, precision of the predictions.",
+                  "", "| text in training | gold | R | predicted | P |", "|---|---|---|---|---|"]
+        for category, counts in seen.items():
+            recall = f"{100 * counts['found'] / counts['gold']:.2f}" if counts["gold"] else "-"
+            precision = f"{100 * counts['correct'] / counts['predicted']:.2f}" if counts["predicted"] else "-"
+            lines.append(f"| {category} | {counts['gold']:,} | {recall} | {counts['predicted']:,} | {precision} |")
     per_type = scores.get(f"{prefix}_per_type") or {}
     if per_type:
         lines += ["", "| label | P | R | F |", "|---|---|---|---|"]
