@@ -162,7 +162,9 @@ def test_evaluate_tune_and_stats_say_when_the_data_is_not_a_docbin(trained, tmp_
     (tmp_path / "dev.spacy").write_text("token\tB-PER\n")
     for command in (["evaluate", tmp_path / "model", tmp_path / "dev.spacy", "--output", tmp_path / "out.json"],
                     ["tune", tmp_path / "model", tmp_path / "dev.spacy", tmp_path / "out"],
-                    ["stats", tmp_path / "dev.spacy"]):
+                    ["stats", tmp_path / "dev.spacy"],
+                    ["evaluate", tmp_path / "model", gold_file(trained, tmp_path / "test.spacy", NESTED), "--train",
+                     tmp_path / "dev.spacy", "--output", tmp_path / "out.json"]):
         result = run(*command)
         assert result.exit_code == 1 and "doesn't look like the data is in DocBin (.spacy) format" in said(result)
         assert result.exception is None or isinstance(result.exception, SystemExit)
