@@ -481,6 +481,17 @@ def test_benchmark_trains_the_stock_systems_once_when_it_also_runs_with_vectors(
     assert runs("fofe_ner,spancat-stock", None, False) == [("fofe_ner", False), ("spancat-stock", False)]
 
 
+def test_benchmark_refuses_unknown_systems_before_training_any():
+    error = load_benchmark_script().systems_error
+    assert error("fofe_ner,ner,ner-stock", "fofe_ner,ner-stock") is None
+    assert error("fofe_ner,spacncat", None) == ("--systems: unknown spacncat; the systems are fofe_ner, ner, "
+                                               "spancat, ner-stock, spancat-stock")
+    assert error("fofe_ner,ner", "fofe_ner,spancat") == "--vector-systems: spancat not in --systems fofe_ner,ner"
+    done = subprocess.run([sys.executable, str(ROOT / "project" / "scripts" / "benchmark.py"), "corpus", "out",
+                           "--systems", "fofe_ner,ner-stok"], capture_output=True, text=True)
+    assert done.returncode == 2 and "unknown ner-stok" in done.stderr
+
+
 def test_benchmark_measures_the_systems_in_turn_and_keeps_each_ones_best_speed(tmp_path, monkeypatch):
     benchmark = load_benchmark_script()
     speeds = iter([(900, 500), (1200, 400), (800, 700), (1000, 300)])  # rounds 2 and 3, a then b in each

@@ -106,6 +106,7 @@ def peer_embedding(words, vectors: bool, small: bool) -> dict:
 
 
 STOCK = "-stock"  # suffix of a system trained with spaCy's config as it is ("spancat-stock")
+SYSTEMS = ("fofe_ner", "ner", "spancat", "ner-stock", "spancat-stock")
 
 
 def spacy_config(args, system: str, vectors: bool):
@@ -239,10 +240,11 @@ def main() -> None:
     parser.add_argument("--lang", default="en")
     parser.add_argument("--nested", action="store_true")
     parser.add_argument("--systems", default="fofe_ner,ner,spancat",
-                        help="any of fofe_ner, ner, spancat, ner-stock, spancat-stock (spaCy's configs as they are)")
+                        help=f"any of {', '.join(SYSTEMS)} (-stock: spaCy's configs as they are)")
     parser.add_argument("--vectors", default=None, help="spaCy vectors folder; adds a with-vectors run of each "
                         "(not of the -stock systems: spaCy's efficiency configs read no vectors)")
-    parser.add_argument("--vector-systems", default=None, help="systems to run with vectors (default: all)")
+    parser.add_argument("--vector-systems", default=None, help="those of --systems to run with vectors (default: "
+                        "all; a -stock system runs once either way)")
     parser.add_argument("--max-steps", type=int, default=3000)
     parser.add_argument("--max-length", type=int, default=7)
     parser.add_argument("--gpu-id", type=int, default=-1)
@@ -259,6 +261,8 @@ def main() -> None:
         parser.error("corpus and out are required")
     if args.speed_rounds < 1:
         parser.error("--speed-rounds must be at least 1: the first round also scores the systems")
+    if systems_error(args.systems, args.vector_systems):
+        parser.error(systems_error(args.systems, args.vector_systems))
     from tqdm import tqdm
 
     settings = [False] + ([True] if args.vectors else [])
@@ -288,6 +292,19 @@ def main() -> None:
             "(`-stock`: spaCy's efficiency config as it is). Plot: "
             f"`{(Path(args.out) / 'benchmark.png').as_posix()}`.\n\n" + (Path(args.out) / "benchmark.md").read_text())
     write_section(f"Benchmark on {Path(args.corpus).name}", body, configs=configs, path=Path(args.results))
+
+
+def systems_error(systems: str, vector_systems: Optional[str]) -> Optional[str]:
+    """What is wrong with --systems and --vector-systems, or None: a name that is no system, or a
+    vector system not in --systems, would otherwise be found out hours into a run, or never."""
+    names = systems.split(",")
+    unknown = [name for name in names if name not in SYSTEMS]
+    if unknown:
+        return f"--systems: unknown {', '.join(unknown)}; the systems are {', '.join(SYSTEMS)}"
+    missing = [name for name in (vector_systems or "").split(",") if name and name not in names]
+    if missing:
+        return f"--vector-systems: {', '.join(missing)} not in --systems {systems}"
+    return None
 
 
 def benchmark_runs(systems: str, vector_systems: Optional[str], vectors: bool) -> List[Tuple[str, bool]]:
