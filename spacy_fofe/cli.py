@@ -135,9 +135,6 @@ class _KeepingScorer(Scorer):
         return super().score(self.examples, **kwargs)
 
 
-SEEN_COUNTS = ("gold", "found", "predicted", "correct")
-
-
 @fofe_cli.command("evaluate")
 def evaluate_cli(
     # fmt: off
@@ -191,23 +188,30 @@ def evaluate_cli(
                   for level in ("outer", "inner", "strict")]
         msg.table(levels, header=("level", "P", "R", "F"), aligns=("l", "r", "r", "r"),
                   title="Levels (GermEval 2014)")
-    per_type = scores.get(f"{prefix}_per_type") or {}
-    if per_type:
-        rows = [[label] + [f"{100 * s[m]:.2f}" for m in "prf"] for label, s in sorted(per_type.items())]
-        msg.table(rows, header=("", "P", "R", "F"), aligns=("l", "r", "r", "r"), title="Spans per type")
-    header = ("level", "gold", *error_analysis.FATES)
-    rows = error_analysis.fate_rows(fates)
-    msg.table(rows if nested else rows[:1], header=header, aligns=("l",) + ("r",) * (len(header) - 1),
-              title="What became of the gold spans")
     seen = None
     if train is not None:
         mentions = error_analysis.training_mentions((eg.reference for eg in train), key)
         seen = error_analysis.seen_in_training(examples, key, mentions)
+    per_type = scores.get(f"{prefix}_per_type") or {}
+    if per_type:
+        rows = [[label] + [f"{100 * s[m]:.2f}" for m in "prf"] for label, s in sorted(per_type.items())]
+        header = ("", "P", "R", "F")
+        if seen is not None:  # where a label's recall is lost: on the names seen in training or on new ones
+            rows = [row + [error_analysis.seen_recall(seen, category, row[0]) for category in ("seen", "unseen")]
+                    for row in rows]
+            header += ("R seen", "R unseen")
+        msg.table(rows, header=header, aligns=("l",) + ("r",) * (len(header) - 1), title="Spans per type")
+    header = ("level", "gold", *error_analysis.FATES)
+    rows = error_analysis.fate_rows(fates)
+    msg.table(rows if nested else rows[:1], header=header, aligns=("l",) + ("r",) * (len(header) - 1),
+              title="What became of the gold spans")
+    if seen is not None:
         header = ("text in training", "gold", "found", "R", "predicted", "correct", "P")
         msg.table(error_analysis.seen_rows(seen), header=header, aligns=("l",) + ("r",) * (len(header) - 1),
                   title="Spans by whether their text is a training span")
-        scores[f"{prefix}_seen"] = {category: {count: seen[count, category] for count in SEEN_COUNTS}
-                                    for category in error_analysis.SEEN}
+        scores[f"{prefix}_seen"] = error_analysis.seen_counts(seen)
+        labels = sorted({key[2] for key in seen if len(key) == 3})
+        scores[f"{prefix}_seen_per_type"] = {label: error_analysis.seen_counts(seen, label) for label in labels}
     scores[f"{prefix}_nested"] = nested  # whether the level table above was shown (scripts/errors.py reads it)
     scores[f"{prefix}_gold_fates"] = {level: {fate: fates[level, fate] for fate in error_analysis.FATES}
                                       for level in error_analysis.LEVELS}

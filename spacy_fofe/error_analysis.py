@@ -33,6 +33,7 @@ FATES = ("found", "other level", "too long", "not scored", "no entity", "other l
          "decoding")
 # How a span's text occurs in the training data (`seen_in_training`).
 SEEN = ("seen", "seen with another label", "unseen")
+SEEN_COUNTS = ("gold", "found", "predicted", "correct")
 SpanTuple = Tuple[int, int, str]
 
 
@@ -131,7 +132,8 @@ def seen_in_training(examples: Iterable[Example], spans_key: str, mentions: Dict
     """(count, category) -> number, over every level: for "gold" and "found" (gold spans predicted
     with their bounds and label) and for "predicted" and "correct" (predictions that are gold spans),
     the category of the span's text in `mentions` (`training_mentions`): "seen" with this label,
-    "seen with another label" only, or "unseen". Texts are compared exactly, as written."""
+    "seen with another label" only, or "unseen"; (count, category, label) -> number, the same per
+    label. Texts are compared exactly, as written."""
     counts: Counter = Counter()
     for eg in examples:
         gold = set().union(*span_levels(eg.reference, spans_key, predicted=False))
@@ -139,9 +141,23 @@ def seen_in_training(examples: Iterable[Example], spans_key: str, mentions: Dict
         for spans, total, hit, other in ((gold, "gold", "found", pred), (pred, "predicted", "correct", gold)):
             for span in spans:
                 category = _seen(eg.reference[span[0]:span[1]].text, span[2], mentions)
-                counts[total, category] += 1
-                counts[hit, category] += span in other
+                for key in ((category,), (category, span[2])):
+                    counts[(total, *key)] += 1
+                    counts[(hit, *key)] += span in other
     return counts
+
+
+def seen_counts(counts: Counter, label: Optional[str] = None) -> Dict[str, Dict[str, int]]:
+    """{category: {"gold", "found", "predicted", "correct": number}} of `seen_in_training`'s counts,
+    over every label or for one (what `fofe evaluate --output` writes)."""
+    key = () if label is None else (label,)
+    return {category: {count: counts[(count, category, *key)] for count in SEEN_COUNTS} for category in SEEN}
+
+
+def seen_recall(counts: Counter, category: str, label: str) -> str:
+    """Recall of the label's gold spans of that category (`seen_in_training`), "-" without any."""
+    gold = counts["gold", category, label]
+    return f"{100 * counts['found', category, label] / gold:.2f}" if gold else "-"
 
 
 def seen_rows(counts: Counter) -> List[list]:

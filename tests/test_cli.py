@@ -102,6 +102,9 @@ def test_evaluate_prints_levels_writes_scores_and_the_error_page(trained, tmp_pa
     seen = scores["spans_sc_seen"]
     assert seen["seen"] == {"gold": 5, "found": 5, "predicted": 5, "correct": 5}
     assert seen["unseen"] == {"gold": 1, "found": 0, "predicted": 0, "correct": 0}
+    assert scores["spans_sc_seen_per_type"]["MISC"]["unseen"]["gold"] == 1
+    assert scores["spans_sc_seen_per_type"]["PER"]["seen"] == {"gold": 2, "found": 2, "predicted": 2, "correct": 2}
+    assert "R unseen" in result.output
     assert "Spans by whether their text is a training span" in result.output
     page = (tmp_path / "out" / "errors.html").read_text()
     assert "<h2>Spans by whether their text is a training span</h2>" in page

@@ -7,7 +7,8 @@ from spacy.training import Example
 from spacy.vocab import Vocab
 
 from spacy_fofe.decoding import Level
-from spacy_fofe.error_analysis import FATES, gold_fates, seen_in_training, seen_rows, training_mentions
+from spacy_fofe.error_analysis import (FATES, gold_fates, seen_counts, seen_in_training, seen_recall, seen_rows,
+                                      training_mentions)
 from spacy_fofe.fragments import enumerate_fragments
 
 NONE, LOC, ORG = 0, 1, 2
@@ -113,7 +114,7 @@ def test_recall_and_precision_are_split_by_whether_the_text_is_a_training_span()
     predicted = [(0, 2, "PER"), (3, 5, "PER"), (6, 7, "PER"), (0, 1, "ORG"), (7, 8, "LOC")]
     eg = example(vocab, words, gold, predicted, depths=[0, 0, 0, 1, 0])
     counts = seen_in_training([eg], "sc", mentions)
-    assert {key: n for key, n in counts.items() if n} == {
+    assert {key: n for key, n in counts.items() if n and len(key) == 2} == {
         ("gold", "seen"): 2, ("found", "seen"): 1, ("gold", "seen with another label"): 1,
         ("found", "seen with another label"): 1, ("gold", "unseen"): 2, ("found", "unseen"): 1,
         # predictions: "Ann Lee" PER seen, right; "Ann" ORG seen, wrong; "Ann" PER other label, right;
@@ -121,5 +122,9 @@ def test_recall_and_precision_are_split_by_whether_the_text_is_a_training_span()
         ("predicted", "seen"): 2, ("correct", "seen"): 1, ("predicted", "seen with another label"): 1,
         ("correct", "seen with another label"): 1, ("predicted", "unseen"): 2, ("correct", "unseen"): 1}
     assert seen_rows(counts)[0] == ["seen", 2, 1, "50.00", 2, 1, "50.00"]
+    assert seen_recall(counts, "unseen", "PER") == "100.00" and seen_recall(counts, "unseen", "LOC") == "0.00"
+    assert seen_recall(counts, "seen", "ORG") == "-"  # no ORG gold span
+    assert seen_counts(counts, "LOC")["seen"] == {"gold": 1, "found": 0, "predicted": 0, "correct": 0}
+    assert seen_counts(counts)["unseen"] == {"gold": 2, "found": 1, "predicted": 2, "correct": 1}
     assert seen_rows(seen_in_training([eg], "sc", {}))[:2] == [["seen", 0, 0, "-", 0, 0, "-"],
                                                                 ["seen with another label", 0, 0, "-", 0, 0, "-"]]

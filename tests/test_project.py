@@ -591,6 +591,13 @@ def test_errors_section_of_flat_data_has_one_level():
     text = errors.report({**scores, "spans_sc_seen": seen}, "m", "d", "sc", "")
     assert "| seen | 3 | 100.00 | 4 | 75.00 |" in text and "| unseen | 1 | 0.00 | 0 | - |" in text
     assert "| text in training" not in errors.report(scores, "m", "d", "sc", "")
+    per_type = {"LOC": {"p": 1.0, "r": 0.75, "f": 0.8571}}
+    seen_per_type = {"LOC": {"seen": {"gold": 3, "found": 3, "predicted": 4, "correct": 3},
+                             "unseen": {"gold": 0, "found": 0, "predicted": 0, "correct": 0}}}
+    text = errors.report({**scores, "spans_sc_per_type": per_type, "spans_sc_seen_per_type": seen_per_type},
+                         "m", "d", "sc", "")
+    assert "| label | P | R | F | R seen | R unseen |" in text
+    assert "| LOC | 100.00 | 75.00 | 85.71 | 100.00 | - |" in text
 
 
 def test_results_commit_is_marked_changed_by_code_edits_not_by_the_results_file(tmp_path, monkeypatch):

@@ -2,7 +2,7 @@
 `spacy fofe evaluate --output` wrote, P/R/F per level (outer, inner, strict), what became of each
 level's gold spans (found, found on the other level, or why not), recall and precision of the spans
 whose text is a training span with their label against the rest (`--train` given to evaluate) and
-P/R/F per label.
+P/R/F per label (with its recall on the seen and the unseen spans).
 
     python scripts/errors.py metrics/germeval.json --model training/germeval/model-tuned \
         --data corpus/germeval/test.spacy --config ../configs/germeval.cfg --section "Errors on germeval"
@@ -47,15 +47,25 @@ def report(scores: dict, model: str, data: str, key: str, config: str) -> str:
                   "spans, precision of the predictions.",
                   "", "| text in training | gold | R | predicted | P |", "|---|---|---|---|---|"]
         for category, counts in seen.items():
-            recall = f"{100 * counts['found'] / counts['gold']:.2f}" if counts["gold"] else "-"
             precision = f"{100 * counts['correct'] / counts['predicted']:.2f}" if counts["predicted"] else "-"
-            lines.append(f"| {category} | {counts['gold']:,} | {recall} | {counts['predicted']:,} | {precision} |")
+            lines.append(f"| {category} | {counts['gold']:,} | {_recall(counts)} | {counts['predicted']:,} | "
+                         f"{precision} |")
     per_type = scores.get(f"{prefix}_per_type") or {}
+    seen_per_type = scores.get(f"{prefix}_seen_per_type") or {}
     if per_type:
-        lines += ["", "| label | P | R | F |", "|---|---|---|---|"]
-        lines += [f"| {label} | " + " | ".join(f"{100 * s[m]:.2f}" for m in "prf") + " |"
-                  for label, s in sorted(per_type.items())]
+        extra = " R seen | R unseen |" if seen_per_type else ""
+        lines += ["", "| label | P | R | F |" + extra, "|---|---|---|---|" + "---|" * (2 if extra else 0)]
+        for label, s in sorted(per_type.items()):
+            cells = [f"{100 * s[m]:.2f}" for m in "prf"]
+            if seen_per_type:
+                cells += [_recall(seen_per_type.get(label, {}).get(category)) for category in ("seen", "unseen")]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _recall(counts) -> str:
+    """Recall of a seen/unseen category's counts, "-" without gold spans."""
+    return f"{100 * counts['found'] / counts['gold']:.2f}" if counts and counts["gold"] else "-"
 
 
 def main() -> None:
