@@ -156,19 +156,19 @@ def seen_counts(counts: Counter, label: Optional[str] = None) -> Dict[str, Dict[
 
 def seen_recall(counts: Counter, category: str, label: str) -> str:
     """Recall of the label's gold spans of that category (`seen_in_training`), "-" without any."""
-    gold = counts["gold", category, label]
-    return f"{100 * counts['found', category, label] / gold:.2f}" if gold else "-"
+    return _percent(counts["found", category, label], counts["gold", category, label])
 
 
 def seen_rows(counts: Counter) -> List[list]:
     """[category, gold, found, recall, predicted, correct, precision] per category (`fofe evaluate`'s table)."""
-    def percent(part: int, whole: int) -> str:
-        return f"{100 * part / whole:.2f}" if whole else "-"
-
     return [[category, counts["gold", category], counts["found", category],
-             percent(counts["found", category], counts["gold", category]), counts["predicted", category],
-             counts["correct", category], percent(counts["correct", category], counts["predicted", category])]
+             _percent(counts["found", category], counts["gold", category]), counts["predicted", category],
+             counts["correct", category], _percent(counts["correct", category], counts["predicted", category])]
             for category in SEEN]
+
+
+def _percent(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.2f}" if whole else "-"
 
 
 def _seen(text: str, label: str, mentions: Dict[str, Set[str]]) -> str:
