@@ -206,12 +206,11 @@ def evaluate_cli(
     msg.table(rows if nested else rows[:1], header=header, aligns=("l",) + ("r",) * (len(header) - 1),
               title="What became of the gold spans")
     if seen is not None:
-        header = ("text in training", "gold", "found", "R", "predicted", "correct", "P")
+        header = error_analysis.SEEN_HEADER
         msg.table(error_analysis.seen_rows(seen), header=header, aligns=("l",) + ("r",) * (len(header) - 1),
                   title="Spans by whether their text is a training span")
         scores[f"{prefix}_seen"] = error_analysis.seen_counts(seen)
-        labels = sorted({key[2] for key in seen if len(key) == 3})
-        scores[f"{prefix}_seen_per_type"] = {label: error_analysis.seen_counts(seen, label) for label in labels}
+        scores[f"{prefix}_seen_per_type"] = error_analysis.seen_per_type(seen)
     scores[f"{prefix}_nested"] = nested  # whether the level table above was shown (scripts/errors.py reads it)
     scores[f"{prefix}_gold_fates"] = {level: {fate: fates[level, fate] for fate in error_analysis.FATES}
                                       for level in error_analysis.LEVELS}

@@ -34,6 +34,7 @@ FATES = ("found", "other level", "too long", "not scored", "no entity", "other l
 # How a span's text occurs in the training data (`seen_in_training`).
 SEEN = ("seen", "seen with another label", "unseen")
 SEEN_COUNTS = ("gold", "found", "predicted", "correct")
+SEEN_HEADER = ("text in training", "gold", "found", "R", "predicted", "correct", "P")  # `seen_rows`' columns
 SpanTuple = Tuple[int, int, str]
 
 
@@ -154,6 +155,11 @@ def seen_counts(counts: Counter, label: Optional[str] = None) -> Dict[str, Dict[
     return {category: {count: counts[(count, category, *key)] for count in SEEN_COUNTS} for category in SEEN}
 
 
+def seen_per_type(counts: Counter) -> Dict[str, Dict[str, Dict[str, int]]]:
+    """`seen_counts` of each label that `seen_in_training` counted."""
+    return {label: seen_counts(counts, label) for label in sorted({key[2] for key in counts if len(key) == 3})}
+
+
 def seen_recall(counts: Counter, category: str, label: str) -> str:
     """Recall of the label's gold spans of that category (`seen_in_training`), "-" without any."""
     return _percent(counts["found", category, label], counts["gold", category, label])
@@ -255,8 +261,7 @@ def write_html(analysis: Analysis, examples: Sequence[Example], spans_key: str, 
         parts.append(_table(["level", "gold", *FATES], fate_rows(analysis.fates)))
     if analysis.seen is not None:
         parts.append("<h2>Spans by whether their text is a training span</h2>")
-        parts.append(_table(["text in training", "gold", "found", "R", "predicted", "correct", "P"],
-                            seen_rows(analysis.seen)))
+        parts.append(_table(list(SEEN_HEADER), seen_rows(analysis.seen)))
     parts.append("<h2>Per label</h2>")
     labels = sorted({label for (_, label) in analysis.prf if label != "ALL"})
     rows = [[label, level, *_prf(analysis.prf[level, label])] for label in labels for level in LEVELS
