@@ -47,9 +47,8 @@ def report(scores: dict, model: str, data: str, key: str, config: str) -> str:
                   "spans, precision of the predictions.",
                   "", "| text in training | gold | R | predicted | P |", "|---|---|---|---|---|"]
         for category, counts in seen.items():
-            precision = f"{100 * counts['correct'] / counts['predicted']:.2f}" if counts["predicted"] else "-"
             lines.append(f"| {category} | {counts['gold']:,} | {_recall(counts)} | {counts['predicted']:,} | "
-                         f"{precision} |")
+                         f"{_percent(counts['correct'], counts['predicted'])} |")
     per_type = scores.get(f"{prefix}_per_type") or {}
     seen_per_type = scores.get(f"{prefix}_seen_per_type") or {}
     if per_type:
@@ -65,7 +64,11 @@ def report(scores: dict, model: str, data: str, key: str, config: str) -> str:
 
 def _recall(counts) -> str:
     """Recall of a seen/unseen category's counts, "-" without gold spans."""
-    return f"{100 * counts['found'] / counts['gold']:.2f}" if counts and counts["gold"] else "-"
+    return _percent(counts["found"], counts["gold"]) if counts else "-"
+
+
+def _percent(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.2f}" if whole else "-"
 
 
 def main() -> None:
