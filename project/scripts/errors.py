@@ -68,6 +68,7 @@ def _recall(counts) -> str:
 
 
 def _percent(part: int, whole: int) -> str:
+    """part / whole as a percent with two decimals, "-" when whole is 0."""
     return f"{100 * part / whole:.2f}" if whole else "-"
 
 
