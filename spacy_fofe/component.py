@@ -413,13 +413,14 @@ class FOFENER(TrainablePipe):
         *,
         nlp: Optional[Language] = None,
         labels: Optional[List[str]] = None,
-        teacher: Optional[Union[str, Path]] = None,
+        teacher: Optional[Union[str, Path, List[Union[str, Path]]]] = None,
         teacher_weight: float = 0.5,
     ) -> None:
         """Set labels (given, or read from the gold spans), check the data, and build the model.
 
         teacher: a trained pipeline (path or package) whose fofe_ner of the same name is trained
-            towards in update, besides the gold: see spacy_fofe/distill.py. Used in training only.
+            towards in update, besides the gold, or a list of them (their mean): see
+            spacy_fofe/distill.py. Used in training only.
         teacher_weight: the teacher's share of each fragment's target (the gold label has the rest).
         """
         validate_get_examples(get_examples, "FOFENER.initialize")

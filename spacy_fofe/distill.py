@@ -2,10 +2,11 @@
 
 An ensemble (`spacy fofe ensemble`) or a fofe_ner over a transformer is more accurate than one
 fast model, but costs its members' or the transformer's time on every document. Trained with
-such a pipeline as its teacher (`[initialize.components.fofe_ner] teacher = "path"`), a fast
-model learns, for each training fragment, a mix of the gold label and the teacher's
-probabilities: how likely each label is, which a one-hot gold label does not say. The teacher
-runs only in training; the trained pipeline neither needs nor contains it.
+such a pipeline as its teacher (`[initialize.components.fofe_ner] teacher = "path"`, or a list
+of paths, whose mean is the teacher), a fast model learns, for each training fragment, a mix of
+the gold label and the teacher's probabilities: how likely each label is, which a one-hot gold
+label does not say. The teacher runs only in training; the trained pipeline neither needs nor
+contains it.
 
 The teacher scores each training doc once, every fragment of it, and keeps the table: training
 sees each doc in many epochs, and a teacher (an ensemble, a transformer) costs more than the
@@ -32,41 +33,31 @@ CACHE_BYTES = 2 * 1024 ** 3  # the teacher's tables kept for later epochs: GermE
 
 
 class Teacher:
-    """A trained pipeline's fofe_ner, scoring fragments for a student with the given labels.
+    """Trained pipelines' fofe_ner, scoring fragments for a student with the given labels.
 
-    path: the teacher pipeline (a directory or an installed package name).
-    component: the name of the teacher's fofe_ner component.
-    labels: the student's labels; the teacher must know each of them. The probability of a
-        label only the teacher has goes to the student's NONE.
+    path: the teacher pipeline (a directory or an installed package name), or a list of them: the
+        teacher is then the mean of their probabilities, as an ensemble's are, for pipelines that
+        `spacy fofe ensemble` cannot join (e.g. fofe_ner over transformers, each read by a listener).
+    component: the name of each teacher's fofe_ner component.
+    labels: the student's labels; each teacher must know each of them. The probability of a
+        label only a teacher has goes to the student's NONE.
     vocab: the student's vocab; a teacher with word vectors needs the same vectors, since it
         reads them from the student's docs.
     weight: the teacher's share of each fragment's target (soft_targets).
-    max_length: the longest fragment the student asks about (its max_length); the teacher's own
-        when None.
+    max_length: the longest fragment the student asks about (its max_length); the shortest of
+        the teachers' own when None.
     cache_bytes: how many bytes of tables to keep for docs seen again (the module docstring).
     """
 
-    def __init__(self, path: Union[str, Path], component: str, labels: Sequence[str], vocab: Vocab,
-                 weight: float = 0.5, max_length: Optional[int] = None, cache_bytes: int = CACHE_BYTES):
-        nlp = spacy.load(path)
-        if component not in nlp.pipe_names:
-            raise ValueError(f"the teacher {path} has no component {component!r}; its components: {nlp.pipe_names}")
-        pipe = nlp.get_pipe(component)
-        if pipe.model.name not in ("fofe_ner", ENSEMBLE):
-            raise ValueError(f"the teacher {path}'s {component!r} is not a fofe_ner component")
-        missing = [label for label in labels if label not in pipe.labels]
-        if missing:
-            raise ValueError(f"the teacher {path} does not predict the labels {missing}; it has {list(pipe.labels)}")
-        if nlp.vocab.vectors.size and not same_vectors(nlp.vocab.vectors, vocab.vectors):
-            raise ValueError(f"the teacher {path} has word vectors that the student's pipeline lacks or has "
-                             "other ones: the teacher reads them from the student's docs, so initialize the "
-                             "student with the same vectors ([initialize] vectors)")
-        self.model = pipe.model
+    def __init__(self, path: Union[str, Path, Sequence[Union[str, Path]]], component: str, labels: Sequence[str],
+                 vocab: Vocab, weight: float = 0.5, max_length: Optional[int] = None,
+                 cache_bytes: int = CACHE_BYTES):
+        paths = [path] if isinstance(path, (str, Path)) else list(path)
+        if not paths:
+            raise ValueError("the teacher is an empty list of pipelines: give at least one path")
+        self.members = [_TeacherPipeline(one, component, labels, vocab) for one in paths]
         self.weight = weight
-        # The components before the teacher's fofe_ner (a tok2vec or transformer its listener reads).
-        self.upstream = [proc for _, proc in nlp.pipeline[:nlp.pipe_names.index(component)]]
-        self.columns = numpy.asarray([0] + [pipe.labels.index(label) + 1 for label in labels])
-        self.max_length = pipe.cfg["max_length"] if max_length is None else max_length
+        self.max_length = min(m.max_length for m in self.members) if max_length is None else max_length
         self.cache_bytes = cache_bytes
         self._tables: Dict[Tuple[str, bytes], numpy.ndarray] = {}
         self._cached_bytes = 0
@@ -88,7 +79,7 @@ class Teacher:
                     self._tables[key] = table
                     self._cached_bytes += table.nbytes
         if not keys:
-            return numpy.zeros((0, len(self.columns)), dtype="float32")
+            return numpy.zeros((0, len(self.members[0].columns)), dtype="float32")
         first, _ = flat_bounds(fragments, [len(doc) for doc in docs])
         return numpy.concatenate([tables[key] for key in keys])[first, lengths - 1]
 
@@ -97,13 +88,44 @@ class Teacher:
         probabilities of the fragment start..start + length (zeros past the doc's end)."""
         lengths = [len(doc) for doc in docs]
         fragments = enumerate_fragments(lengths, self.max_length)
-        table = numpy.zeros((sum(lengths), self.max_length, len(self.columns)), dtype="float32")
+        table = numpy.zeros((sum(lengths), self.max_length, len(self.members[0].columns)), dtype="float32")
         first, end = flat_bounds(fragments, lengths)
         table[first, end - first - 1] = self._score(docs, fragments)
         return numpy.split(table, numpy.cumsum(lengths)[:-1])
 
     def _score(self, docs: List[Doc], fragments: numpy.ndarray) -> numpy.ndarray:
-        """The teacher run on these fragments: a row per fragment, in the student's columns."""
+        """The teachers run on these fragments: a row per fragment, in the student's columns."""
+        probs = self.members[0].score(docs, fragments)
+        for member in self.members[1:]:
+            probs += member.score(docs, fragments)
+        return probs / len(self.members)
+
+
+class _TeacherPipeline:
+    """One teacher pipeline: its fofe_ner, the components before it, and its student columns."""
+
+    def __init__(self, path: Union[str, Path], component: str, labels: Sequence[str], vocab: Vocab):
+        nlp = spacy.load(path)
+        if component not in nlp.pipe_names:
+            raise ValueError(f"the teacher {path} has no component {component!r}; its components: {nlp.pipe_names}")
+        pipe = nlp.get_pipe(component)
+        if pipe.model.name not in ("fofe_ner", ENSEMBLE):
+            raise ValueError(f"the teacher {path}'s {component!r} is not a fofe_ner component")
+        missing = [label for label in labels if label not in pipe.labels]
+        if missing:
+            raise ValueError(f"the teacher {path} does not predict the labels {missing}; it has {list(pipe.labels)}")
+        if nlp.vocab.vectors.size and not same_vectors(nlp.vocab.vectors, vocab.vectors):
+            raise ValueError(f"the teacher {path} has word vectors that the student's pipeline lacks or has "
+                             "other ones: the teacher reads them from the student's docs, so initialize the "
+                             "student with the same vectors ([initialize] vectors)")
+        self.model = pipe.model
+        # The components before the teacher's fofe_ner (a tok2vec or transformer its listener reads).
+        self.upstream = [proc for _, proc in nlp.pipeline[:nlp.pipe_names.index(component)]]
+        self.columns = numpy.asarray([0] + [pipe.labels.index(label) + 1 for label in labels])
+        self.max_length = pipe.cfg["max_length"]
+
+    def score(self, docs: List[Doc], fragments: numpy.ndarray) -> numpy.ndarray:
+        """This pipeline run on these fragments: a row per fragment, in the student's columns."""
         if self.upstream:
             docs = [doc.copy() for doc in docs]  # the teacher's annotations stay off the student's docs
             for proc in self.upstream:

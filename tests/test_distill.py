@@ -63,6 +63,34 @@ def test_a_shipped_config_takes_the_teacher_as_an_override(teacher_path):
     assert nlp.get_pipe("fofe_ner")._teacher is not None
 
 
+def test_a_list_of_teachers_is_the_mean_of_their_probabilities(teacher_path, tmp_path):
+    # Pipelines `spacy fofe ensemble` cannot join (each fofe_ner reading its own listener) teach as one.
+    spacy.util.fix_random_seed(1)
+    other = small_pipeline()
+    train(other, make_examples(other, NESTED), steps=30)  # partly trained: probabilities unlike the first's
+    other.to_disk(tmp_path / "other")
+    vocab = spacy.blank("en").vocab
+    first = Teacher(teacher_path, "fofe_ner", LABELS, vocab, max_length=3)
+    second = Teacher(tmp_path / "other", "fofe_ner", LABELS, vocab, max_length=3)
+    both = Teacher([teacher_path, tmp_path / "other"], "fofe_ner", LABELS, vocab, max_length=3)
+    docs = [spacy.blank("en").make_doc(text) for text, _ in NESTED]
+    fragments = enumerate_fragments([len(doc) for doc in docs], 3)
+    one, two = first.probabilities(docs, fragments), second.probabilities(docs, fragments)
+    assert numpy.abs(one - two).max() > 0.1
+    numpy.testing.assert_allclose(both.probabilities(docs, fragments), (one + two) / 2, atol=1e-6)
+    with pytest.raises(ValueError, match="empty list"):
+        Teacher([], "fofe_ner", LABELS, vocab)
+
+
+def test_a_list_of_teachers_is_a_config_override(teacher_path):
+    # `--initialize.components.fofe_ner.teacher '["A", "B"]'`: spaCy reads the override as JSON.
+    overrides = {"initialize.components.fofe_ner.teacher": [str(teacher_path), str(teacher_path)]}
+    config = spacy.util.load_config(DEMO_CONFIG, overrides=overrides)
+    nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
+    nlp.initialize(lambda: make_examples(nlp, NESTED))
+    assert len(nlp.get_pipe("fofe_ner")._teacher.members) == 2
+
+
 def test_teacher_columns_follow_the_students_labels(teacher_path, trained):
     # The student knows PER and LOC only: the teacher's ORG probability counts as NONE.
     teacher = Teacher(teacher_path, "fofe_ner", ["PER", "LOC"], spacy.blank("en").vocab)
