@@ -57,6 +57,7 @@ class Teacher:
             raise ValueError("the teacher is an empty list of pipelines: give at least one path")
         self.members = [_TeacherPipeline(one, component, labels, vocab) for one in paths]
         self.weight = weight
+        self.n_columns = len(labels) + 1  # NONE, then the student's labels
         self.max_length = min(m.max_length for m in self.members) if max_length is None else max_length
         self.cache_bytes = cache_bytes
         self._tables: Dict[Tuple[str, bytes], numpy.ndarray] = {}
@@ -79,7 +80,7 @@ class Teacher:
                     self._tables[key] = table
                     self._cached_bytes += table.nbytes
         if not keys:
-            return numpy.zeros((0, len(self.members[0].columns)), dtype="float32")
+            return numpy.zeros((0, self.n_columns), dtype="float32")
         first, _ = flat_bounds(fragments, [len(doc) for doc in docs])
         return numpy.concatenate([tables[key] for key in keys])[first, lengths - 1]
 
@@ -88,7 +89,7 @@ class Teacher:
         probabilities of the fragment start..start + length (zeros past the doc's end)."""
         lengths = [len(doc) for doc in docs]
         fragments = enumerate_fragments(lengths, self.max_length)
-        table = numpy.zeros((sum(lengths), self.max_length, len(self.members[0].columns)), dtype="float32")
+        table = numpy.zeros((sum(lengths), self.max_length, self.n_columns), dtype="float32")
         first, end = flat_bounds(fragments, lengths)
         table[first, end - first - 1] = self._score(docs, fragments)
         return numpy.split(table, numpy.cumsum(lengths)[:-1])
