@@ -61,6 +61,8 @@ def score_levels(examples: Iterable[Example], spans_key: str) -> Dict[str, Any]:
 
     Returns spans_{key}_outer_p/r/f, _inner_p/r/f, and _strict_p/r/f for both levels
     together (the official "combined" figure), on the reference's tokens (`predicted_levels`).
+    A level with neither gold nor predicted spans (the inner level of flat data) scores None, as
+    spaCy's `Scorer.score_spans` scores a key with nothing to score.
     """
     per_level = [PRFScore(), PRFScore()]
     for eg in examples:
@@ -75,8 +77,9 @@ def score_levels(examples: Iterable[Example], spans_key: str) -> Dict[str, Any]:
         combined += score
     out: Dict[str, Any] = {}
     for name, score in (("outer", per_level[0]), ("inner", per_level[1]), ("strict", combined)):
-        out.update({f"spans_{spans_key}_{name}_p": score.precision, f"spans_{spans_key}_{name}_r": score.recall,
-                    f"spans_{spans_key}_{name}_f": score.fscore})
+        scored = len(score) > 0  # true positives, false positives and false negatives
+        out.update({f"spans_{spans_key}_{name}_{metric}": value if scored else None
+                    for metric, value in (("p", score.precision), ("r", score.recall), ("f", score.fscore))})
     return out
 
 

@@ -55,3 +55,19 @@ def test_levels_align_predictions_tokenized_otherwise_with_the_reference():
     assert scores["spans_sc_outer_f"] == 1.0 and scores["spans_sc_inner_f"] == 0.0
     assert scores["spans_sc_strict_p"] == pytest.approx(2 / 3) == scores["spans_sc_strict_r"]
     assert scores["spans_sc_strict_f"] == pytest.approx(scores["spans_sc_f"])
+
+
+def test_a_level_with_nothing_to_score_is_none_as_in_spacys_span_scorer():
+    # flat data: no inner span in gold or prediction, so the inner level has no score (not 0.0),
+    # and the outer level and strict metric are the span scores
+    nlp = spacy.blank("en")
+    gold = nlp.make_doc("Ann met Bob in Paris")
+    gold.spans["sc"] = [Span(gold, 0, 1, "PER"), Span(gold, 2, 3, "PER"), Span(gold, 4, 5, "LOC")]
+    pred = nlp.make_doc(gold.text)
+    pred.spans["sc"] = [Span(pred, 0, 1, "PER"), Span(pred, 4, 5, "ORG")]
+    scores = score_fofe_ner([Example(pred, gold)], spans_key="sc", ents="off")
+    assert scores["spans_sc_inner_p"] is scores["spans_sc_inner_r"] is scores["spans_sc_inner_f"] is None
+    assert scores["spans_sc_outer_f"] == scores["spans_sc_strict_f"] == pytest.approx(scores["spans_sc_f"]) == 0.4
+    # no annotated doc at all: every level is None, as the span scores are
+    empty = score_fofe_ner([Example(nlp.make_doc("Hi"), nlp.make_doc("Hi"))], spans_key="sc", ents="off")
+    assert empty["spans_sc_p"] is None and empty["spans_sc_strict_f"] is None
