@@ -1,8 +1,7 @@
 """spacy-fofe: FOFE-based local-detection named entity recognition for spaCy."""
 
-# Imported for their registrations: the architectures, the corpus reader and augmenter, the scorer and the layers.
-from . import (augment, corpus, ensemble, lexeme_tables, model, pretrain, scoring, use_features,  # noqa: F401
-               vectors, word_dropout)
+# Imported for their registrations: the architectures, the corpus reader, the scorer and the layers.
+from . import corpus, ensemble, lexeme_tables, model, pretrain, scoring, use_features, vectors, word_dropout  # noqa: F401
 from .component import FOFENER, make_fofe_ner  # noqa: F401  (registers the fofe_ner factory)
 
 __version__ = "0.1.0"
