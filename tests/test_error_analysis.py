@@ -7,8 +7,15 @@ from spacy.training import Example
 from spacy.vocab import Vocab
 
 from spacy_fofe.decoding import Level
-from spacy_fofe.error_analysis import (FATES, gold_fates, seen_counts, seen_in_training, seen_recall, seen_rows,
-                                      training_mentions)
+from spacy_fofe.error_analysis import (
+    FATES,
+    gold_fates,
+    seen_counts,
+    seen_in_training,
+    seen_recall,
+    seen_rows,
+    training_mentions,
+)
 from spacy_fofe.fragments import enumerate_fragments
 
 NONE, LOC, ORG = 0, 1, 2
