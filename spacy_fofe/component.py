@@ -88,6 +88,7 @@ def make_fofe_ner(
     disjoint_rate: float,
     ents: str,
     learn_rate_scale: float,
+    consistency: float,
     scorer: Optional[Callable],
 ) -> "FOFENER":
     # spaCy reads the settings' names and types from this signature; Settings holds the rest.
@@ -342,13 +343,37 @@ class FOFENER(TrainablePipe):
             teacher_probs = self._teacher.probabilities(docs, fragments[keep])
             truth = soft_targets(labels[keep], scores.shape[1], teacher_probs, self._teacher.weight)
         # A two-pass model returns both passes' scores, one after the other: each learns the targets.
-        passes = scores.shape[0] // len(keep)
-        loss, d_scores = self._loss(scores, numpy.tile(truth, (passes, 1)))
-        backprop(d_scores)
+        truth = numpy.tile(truth, (scores.shape[0] // len(keep), 1))
+        if self.cfg["consistency"] > 0:
+            loss = self._update_consistent(docs, fragments[keep], scores, backprop, truth)
+        else:
+            loss, d_scores = self._loss(scores, truth)
+            backprop(d_scores)
         if sgd is not None:
             self.finish_update(sgd)
         losses[self.name] += loss
         return losses
+
+    def _update_consistent(self, docs: List[Doc], fragments: numpy.ndarray, scores: Floats2d,
+                           backprop: Callable, truth: numpy.ndarray) -> float:
+        """Backpropagate the targets through two passes (R-Drop): each pass also learns the other's
+        probabilities at weight cfg["consistency"], taken as fixed targets."""
+        weight = self.cfg["consistency"]
+        if any("listener" in node.name for node in self.model.walk()):
+            # The upstream component would get (and apply) a gradient per pass.
+            raise ValueError(f"[{self.name}] consistency needs fofe_ner's own tok2vec, not a listener of a shared "
+                             "tok2vec or transformer: set consistency = 0")
+        scores2, backprop2 = self.model.begin_update((docs, fragments))
+        loss1, d1 = self._loss(scores, truth)
+        loss2, d2 = self._loss(scores2, truth)
+        n = max(scores.shape[0], 1)
+        ops = self.model.ops
+        gap = scores - scores2
+        backprop(d1 + weight * gap / n)
+        backprop2(d2 - weight * gap / n)
+        kl = float((gap * (ops.xp.log(ops.xp.maximum(scores, 1e-12)) -
+                           ops.xp.log(ops.xp.maximum(scores2, 1e-12)))).sum() / n)
+        return (loss1 + loss2) / 2 + weight * kl / 2
 
     def finish_update(self, sgd: Optimizer) -> None:
         """Update the weights with their gradients, at learn_rate_scale times the optimizer's rate

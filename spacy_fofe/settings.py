@@ -40,6 +40,10 @@ class Settings:
     learn_rate_scale: this component's weights learn at this multiple of the optimizer's rate
         (a scorer trained from scratch over a fine-tuned transformer needs a larger rate than
         the transformer under it; the transformer keeps the optimizer's).
+    consistency: with a weight above 0, each batch runs the model twice (other dropout and
+        word dropout draws) and each pass also learns the other's probabilities at this weight
+        (R-Drop, Liang et al. 2021), so a fragment scores alike whether or not its words'
+        identities were dropped; training costs about twice as much, predictions nothing.
     """
 
     spans_key: str = "sc"
@@ -57,6 +61,7 @@ class Settings:
     disjoint_rate: float = 0.5
     ents: str = "overwrite"
     learn_rate_scale: float = 1.0
+    consistency: float = 0.0
 
     def check(self, name: str = "fofe_ner") -> None:
         """Raise ValueError, naming the setting, for an impossible value."""
@@ -87,6 +92,9 @@ class Settings:
         scale = self.learn_rate_scale
         if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not 0.0 < scale < float("inf"):
             fail("learn_rate_scale", "must be a number > 0")
+        weight = self.consistency
+        if not isinstance(weight, (int, float)) or isinstance(weight, bool) or not 0.0 <= weight < float("inf"):
+            fail("consistency", "must be a number >= 0")
         if not isinstance(self.spans_key, str) or not self.spans_key:
             fail("spans_key", "must be a non-empty string")
 

@@ -191,38 +191,82 @@ def test_no_labels_in_the_data_is_a_clear_error():
 @pytest.mark.parametrize("setting,value", [("max_length", 0), ("threshold", 1.5), ("overlap_rate", -0.1),
                                            ("disjoint_rate", 2), ("decoding", "best"), ("ents", "maybe"),
                                            ("max_depth", 0), ("nested_threshold", -1),
-                                           ("learn_rate_scale", 0), ("learn_rate_scale", float("inf"))])
+                                           ("learn_rate_scale", 0), ("learn_rate_scale", float("inf")),
+                                           ("consistency", -0.5), ("consistency", True)])
 def test_invalid_settings_are_rejected_with_their_name(setting, value):
     with pytest.raises(ValueError, match=setting):
         spacy.blank("en").add_pipe("fofe_ner", config={setting: value})
 
 
-@pytest.mark.parametrize("scale", [1.0, 10.0])
-def test_learn_rate_scale_multiplies_every_weight_step(scale):
-    """A plain SGD update moves every weight by learn_rate_scale times its step at scale 1."""
+def sgd_step_after_one(**cfg):
+    """Each weight's change in a plain SGD step on NESTED, taken after one step (the output layer
+    starts at zero, so only then has every layer a gradient) and after setting `cfg`."""
     from thinc.api import SGD
 
-    def step(scale):
-        spacy.util.fix_random_seed(0)
-        nlp = spacy.blank("en")
-        nlp.add_pipe("fofe_ner", config={"model": SMALL_MODEL})
-        examples = make_examples(nlp, NESTED)
-        nlp.initialize(lambda: examples)
-        sgd = SGD(0.01, L2=0.0, grad_clip=0.0)
-        nlp.update(examples, sgd=sgd)  # the output layer starts at zero: after one step every layer has a gradient
-        ner = nlp.get_pipe("fofe_ner")
-        ner.cfg["learn_rate_scale"] = scale
-        params = [(i, node, name) for i, node in enumerate(ner.model.walk()) for name in node.param_names]
-        before = {(i, name): node.get_param(name).copy() for i, node, name in params}
-        spacy.util.fix_random_seed(1)  # the same NONE fragments sampled for both scales
-        nlp.update(examples, sgd=sgd)
-        return {(i, name): node.get_param(name) - before[(i, name)] for i, node, name in params}
+    spacy.util.fix_random_seed(0)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("fofe_ner", config={"model": SMALL_MODEL})
+    examples = make_examples(nlp, NESTED)
+    nlp.initialize(lambda: examples)
+    sgd = SGD(0.01, L2=0.0, grad_clip=0.0)
+    nlp.update(examples, sgd=sgd)
+    ner = nlp.get_pipe("fofe_ner")
+    ner.cfg.update(cfg)
+    params = [(i, node, name) for i, node in enumerate(ner.model.walk()) for name in node.param_names]
+    before = {(i, name): node.get_param(name).copy() for i, node, name in params}
+    spacy.util.fix_random_seed(1)  # the same NONE fragments sampled for every cfg
+    nlp.update(examples, sgd=sgd)
+    return {(i, name): node.get_param(name) - before[(i, name)] for i, node, name in params}
 
-    base, scaled = step(1.0), step(scale)
+
+def assert_steps_scaled(base, changed, factor):
     moved = [key for key, change in base.items() if numpy.abs(change).max() > 0]
     assert len(moved) >= 6  # the embeddings, the character table, the projection, hidden and output layers
     for key in moved:
-        numpy.testing.assert_allclose(scaled[key], scale * base[key], rtol=1e-3, atol=1e-6)  # float32 rounding
+        numpy.testing.assert_allclose(changed[key], factor * base[key], rtol=1e-3, atol=1e-6)  # float32 rounding
+
+
+@pytest.mark.parametrize("scale", [1.0, 10.0])
+def test_learn_rate_scale_multiplies_every_weight_step(scale):
+    """A plain SGD update moves every weight by learn_rate_scale times its step at scale 1."""
+    assert_steps_scaled(sgd_step_after_one(), sgd_step_after_one(learn_rate_scale=scale), scale)
+
+
+def test_consistency_adds_the_other_pass_as_a_target_to_each_pass():
+    """R-Drop on a hand-made table: pass 1 gets (p1 - truth) + w (p1 - p2), pass 2 (p2 - truth) + w (p2 - p1)."""
+    from thinc.api import Model
+
+    from spacy_fofe.component import FOFENER
+
+    p1, p2 = numpy.array([[0.7, 0.3]], dtype="f"), numpy.array([[0.4, 0.6]], dtype="f")
+    truth = numpy.array([[1.0, 0.0]], dtype="f")
+    got = {}
+
+    def forward(model, inputs, is_train):
+        return p2, lambda d: got.setdefault("d2", d)
+
+    ner = FOFENER(spacy.blank("en").vocab, Model("second_pass_stub", forward), consistency=1.0)
+    loss = ner._update_consistent([], numpy.zeros((1, 3), dtype="i"), p1, lambda d: got.setdefault("d1", d), truth)
+    numpy.testing.assert_allclose(got["d1"], [[0.0, 0.0]], atol=1e-6)
+    numpy.testing.assert_allclose(got["d2"], [[-0.9, 0.9]], atol=1e-6)
+    kl = (0.3 * numpy.log(0.7 / 0.4) - 0.3 * numpy.log(0.3 / 0.6))
+    assert loss == pytest.approx((-numpy.log(0.7) - numpy.log(0.4)) / 2 + kl / 2, rel=1e-5)
+
+
+def test_consistency_without_dropout_doubles_the_plain_step():
+    """Two passes without dropout are the same, so the consistency term is zero and each pass adds
+    the plain gradient: one SGD step moves every weight twice as far."""
+    assert_steps_scaled(sgd_step_after_one(), sgd_step_after_one(consistency=1.0), 2.0)
+
+
+def test_overfits_with_consistency_and_dropout():
+    spacy.util.fix_random_seed(0)
+    nlp = spacy.blank("en")
+    model = {**SMALL_MODEL, "dropout": 0.1}
+    nlp.add_pipe("fofe_ner", config={"model": model, "consistency": 1.0, "disjoint_rate": 1.0})
+    train(nlp, make_examples(nlp, NESTED), steps=150)
+    for text, spans in NESTED:
+        assert predicted(nlp(text)) == sorted(spans), text
 
 
 def test_editing_cfg_checks_the_new_value_and_keeps_the_old_one(trained):
@@ -328,6 +372,16 @@ def test_trains_through_a_shared_cnn_tok2vec_listener(tmp_path):
     examples = [Example(reloaded(eg.reference.text), eg.reference) for eg in make_examples(reloaded, gold)]
     assert dict(gold_fates(reloaded.get_pipe("fofe_ner"), examples)) == {
         ("outer", "found"): 6, ("inner", "found"): 1, ("outer", "no entity"): 1}  # "visited" is no LOC
+
+
+def test_consistency_with_a_listener_is_a_clear_error():
+    spacy.util.fix_random_seed(0)
+    nlp = spacy.util.load_model_from_config(spacy.util.load_config_from_str(LISTENER_PIPELINE), auto_fill=True)
+    examples = make_examples(nlp, NESTED)
+    optimizer = nlp.initialize(lambda: examples)
+    nlp.get_pipe("fofe_ner").cfg["consistency"] = 1.0
+    with pytest.raises(ValueError, match="consistency needs fofe_ner's own tok2vec"):
+        nlp.update(examples, sgd=optimizer)
 
 
 def test_initialize_counts_nesting_with_a_shared_start_as_nested_not_crossing():
