@@ -245,7 +245,7 @@ def test_consistency_adds_the_other_pass_as_a_target_to_each_pass():
     def forward(model, inputs, is_train):
         return p2, lambda d: got.setdefault("d2", d)
 
-    ner = FOFENER(spacy.blank("en").vocab, Model("second_pass_stub", forward), consistency=1.0)
+    ner = FOFENER(spacy.blank("en").vocab, Model("rerun_stub", forward), consistency=1.0)
     loss = ner._update_consistent([], numpy.zeros((1, 3), dtype="i"), p1, lambda d: got.setdefault("d1", d), truth)
     numpy.testing.assert_allclose(got["d1"], [[0.0, 0.0]], atol=1e-6)
     numpy.testing.assert_allclose(got["d2"], [[-0.9, 0.9]], atol=1e-6)
