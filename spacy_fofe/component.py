@@ -27,7 +27,7 @@ from .decoding import Candidate, Level, decode, levels_from
 from .distill import Teacher, soft_targets
 from .fragments import edge_flagged, enumerate_fragments, fragment_targets, sample_fragments, within_sentences
 from .gold import GoldStats, aligned_gold, gold_spans
-from .model import context_tokens, is_v1_layout, members, read_v1_weights, stops_at_sentences
+from .model import context_tokens, is_v1_layout, members, read_v1_weights, reads_listener, stops_at_sentences
 from .position_codes import sentence_start_flags
 from .settings import NAMES as SETTING_NAMES
 from .settings import Cfg, Settings
@@ -202,7 +202,7 @@ class FOFENER(TrainablePipe):
     def _window_margin(self) -> Optional[int]:
         """Tokens of context each side of a window, or None when docs must be scored whole."""
         if any("groups" not in member.attrs for member in members(self.model)) or \
-                any("listener" in node.name for node in self.model.walk()):
+                reads_listener(self.model):
             return None
         return context_tokens(self.model, self.cfg["max_length"]) + self.cfg["max_length"]
 
@@ -359,7 +359,7 @@ class FOFENER(TrainablePipe):
         """Backpropagate the targets through two passes (R-Drop): each pass also learns the other's
         probabilities at weight cfg["consistency"], taken as fixed targets."""
         weight = self.cfg["consistency"]
-        if any("listener" in node.name for node in self.model.walk()):
+        if reads_listener(self.model):
             # The upstream component would get (and apply) a gradient per pass.
             raise ValueError(f"[{self.name}] consistency needs fofe_ner's own tok2vec, not a listener of a shared "
                              "tok2vec or transformer: set consistency = 0")

@@ -16,7 +16,7 @@ from spacy.util import registry
 from thinc.api import Model
 from thinc.types import Floats2d
 
-from .model import ENSEMBLE, InT, stops_at_sentences
+from .model import ENSEMBLE, InT, reads_listener, stops_at_sentences
 from .vectors import same_vectors
 
 ARCHITECTURE = "spacy_fofe.FOFEEnsemble.v1"
@@ -118,7 +118,7 @@ def _check_member(path, nlp: Language, component: str) -> None:
         raise ValueError(f"{path}'s {component} is an ensemble already: merge the pipelines it was made from")
     if model.name != "fofe_ner":
         raise ValueError(f"{path}'s {component} model is {model.name!r}, not a spacy_fofe.FOFENER model")
-    if any("listener" in node.name for node in model.walk()):
+    if reads_listener(model):
         raise ValueError(f"{path}'s {component} reads a shared tok2vec (a listener); an ensemble's members need "
                          "their own, so train each pipeline with the tok2vec inside fofe_ner")
 

@@ -161,6 +161,11 @@ def stops_at_sentences(model: Model[InT, Floats2d]) -> bool:
     return model.has_ref("codes") and bool(model.get_ref("codes").attrs.get("stop_at_sentences"))
 
 
+def reads_listener(model: Model) -> bool:
+    """Whether the model reads a shared tok2vec or transformer (a listener) instead of its own."""
+    return any("listener" in node.name for node in model.walk())
+
+
 def has_second_pass(model: Model[InT, Floats2d]) -> bool:
     """Whether the model was built with second_pass (it then has a second scorer)."""
     return model.has_ref("projection2")
