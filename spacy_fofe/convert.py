@@ -252,15 +252,25 @@ def read_jsonl(path: Path, tokenizer: Optional[Callable[[str], Doc]] = None) -> 
     - "text", tokenized with `tokenizer`, and "spans" (or spaCy v2's "entities") as
       [start, end, label] character offsets or objects with "start" / "end" / "label".
     A character span that does not fall on token boundaries is dropped and counted, with
-    its line and text in the report. Malformed lines are errors naming the line.
+    its line and text in the report. Malformed lines are errors naming the line, and so is a
+    file with no records or with no spans in any record (as a column file with no entity tags).
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
     vocab = tokenizer.vocab if tokenizer is not None and hasattr(tokenizer, "vocab") else Vocab()
+    records = spans = 0
     for number, line in utf8_lines(path):
         if line.strip():
-            yield _jsonl_record(line, f"{path}:{number}", tokenizer, vocab)
+            record = _jsonl_record(line, f"{path}:{number}", tokenizer, vocab)
+            records += 1
+            spans += sum(map(len, record.levels)) + sum(record.dropped.values())
+            yield record
+    if records == 0:
+        raise ValueError(f"{path}: no records (every line is blank); nothing was written.")
+    if spans == 0:
+        raise ValueError(f"{path}: none of its {records} records has spans (under \"spans\" or \"entities\"); "
+                         "nothing was written.")
 
 
 def _jsonl_record(line: str, where: str, tokenizer, vocab: Vocab) -> Record:

@@ -161,6 +161,23 @@ def test_a_column_without_entity_tags_is_an_error_naming_it_and_nothing_is_writt
     assert not (tmp_path / "out.spacy").exists()
 
 
+
+@pytest.mark.parametrize("content,message", [
+    ("", r"empty.jsonl: no records \(every line is blank\); nothing was written"),
+    ("\n  \n", r"empty.jsonl: no records"),
+    ('{"tokens": ["Ann"]}\n{"text": "Bob", "spans": []}\n', r"none of its 2 records has spans.*nothing was written"),
+])
+def test_a_jsonl_file_without_records_or_spans_is_an_error_and_nothing_is_written(tmp_path, content, message):
+    source = tmp_path / "empty.jsonl"
+    source.write_text(content, encoding="utf8")
+    result = run("convert", source, tmp_path / "out.spacy", "--format", "jsonl")
+    assert result.exit_code == 1 and re.search(message, " ".join(result.output.split())), result.output
+    assert not (tmp_path / "out.spacy").exists()
+    # A span that is dropped (misaligned) still counts as one: that file converts, with its report.
+    source.write_text(json.dumps({"text": "Ann Lee", "spans": [[0, 5, "PER"]]}), encoding="utf8")
+    result = run("convert", source, tmp_path / "out.spacy", "--format", "jsonl")
+    assert result.exit_code == 0 and "1 spans were dropped" in result.output, result.output
+
 def test_the_command_line_reports_a_missing_file_without_a_traceback(tmp_path):
     result = run("convert", tmp_path / "missing.conll", tmp_path / "out.spacy")
     # Typer draws the message in a box as wide as the terminal, so a long tmp path wraps anywhere.
