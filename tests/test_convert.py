@@ -161,7 +161,6 @@ def test_a_column_without_entity_tags_is_an_error_naming_it_and_nothing_is_writt
     assert not (tmp_path / "out.spacy").exists()
 
 
-
 @pytest.mark.parametrize("content,message", [
     ("", r"empty.jsonl: no records \(every line is blank\); nothing was written"),
     ("\n  \n", r"empty.jsonl: no records"),
@@ -177,6 +176,7 @@ def test_a_jsonl_file_without_records_or_spans_is_an_error_and_nothing_is_writte
     source.write_text(json.dumps({"text": "Ann Lee", "spans": [[0, 5, "PER"]]}), encoding="utf8")
     result = run("convert", source, tmp_path / "out.spacy", "--format", "jsonl")
     assert result.exit_code == 0 and "1 spans were dropped" in result.output, result.output
+
 
 def test_the_command_line_reports_a_missing_file_without_a_traceback(tmp_path):
     result = run("convert", tmp_path / "missing.conll", tmp_path / "out.spacy")
