@@ -12,7 +12,9 @@ entries looked up by its ORTH and/or LOWER form (a hash table per table and attr
 mixed by a maxout layer as in spaCy's MultiHashEmbed; log frequencies are floored to whole
 numbers first; each distinct row of a batch is embedded once, rows_once.py). With
 `hyphen_parts`, a compound such as "NATO-Gipfel" or "Lehmbruck-Museum", which the tables rarely
-hold, also gets the clusters of its first and last part. The tables are
+hold, also gets the clusters of its first and last part; with `compound_heads`, a word the
+cluster table lacks also gets the cluster of its longest suffix the table has ("Landesregierung":
+"Regierung"; "Geichlingen": "Lingen"), the head of a closed compound. The tables are
 copied into the model at initialize, as sorted hash/value arrays (12 bytes a word per table),
 so a trained pipeline needs no lookups package at run time. A table in the vocab
 (`[initialize.lookups]`; your own, saved to disk, through `spacy_fofe.LookupsFromDisk.v1`) takes
@@ -37,8 +39,10 @@ from .rows_once import embed_rows_once, is_row_embedding
 
 MISSING = numpy.iinfo("int32").min  # the value of a word a table does not have: one shared row
 CLUSTER_TABLE = "lexeme_cluster"
-# Words whose hyphen parts a lookup layer keeps; past this it starts a new cache.
+# Words whose hyphen parts (or compound heads) a lookup layer keeps; past this it starts a new cache.
 PART_CACHE_WORDS = 2**20
+# The shortest suffix taken for a compound's head: shorter ones are endings ("-ung", "-er"), not words.
+COMPOUND_HEAD_CHARS = 4
 
 
 @registry.architectures("spacy_fofe.LexemeTablesEmbed.v1")
@@ -50,6 +54,7 @@ def LexemeTablesEmbed(
     rows: List[int],
     cluster_prefix_bits: Sequence[int] = (),
     hyphen_parts: bool = False,
+    compound_heads: bool = False,
 ) -> Model[List[Doc], List[Floats2d]]:
     """`embed`'s token vectors plus an embedding of the tokens' entries in spaCy lexeme tables.
 
@@ -64,6 +69,10 @@ def LexemeTablesEmbed(
     hyphen_parts: also embed the clusters of the first and the last part of a word with an inner
         hyphen ("US" and "Marketing" of "US-Marketing"); a compound rarely has a cluster of its own,
         though its parts say what it is. Needs "lexeme_cluster" in tables; its rows are used.
+    compound_heads: also embed, for a word (ORTH) the cluster table lacks, the cluster of its longest
+        proper suffix of at least 4 characters that the table has, first letter upper-cased: the head
+        of a closed compound says whether it is a thing ("Rekordvolumen") or a name ("Schörgenhofer":
+        "Hofer"). Needs "lexeme_cluster" in tables; its rows are used.
     """
     name = "spacy_fofe.LexemeTablesEmbed.v1"
     if not tables or not attrs:
@@ -73,7 +82,8 @@ def LexemeTablesEmbed(
     attr_ids = [intify_attr(attr) for attr in attrs]
     if None in attr_ids:
         raise ValueError(f"{name}: unknown token attribute {attrs[attr_ids.index(None)]!r}")
-    for setting, value in (("cluster_prefix_bits", cluster_prefix_bits), ("hyphen_parts", hyphen_parts)):
+    for setting, value in (("cluster_prefix_bits", cluster_prefix_bits), ("hyphen_parts", hyphen_parts),
+                           ("compound_heads", compound_heads)):
         if value and CLUSTER_TABLE not in tables:
             raise ValueError(f"{name}: {setting} needs {CLUSTER_TABLE!r} in tables")
     if any(not 1 <= bits <= 31 for bits in cluster_prefix_bits):
@@ -81,14 +91,16 @@ def LexemeTablesEmbed(
     if embed.has_dim("nO") is True and embed.get_dim("nO") != width:
         raise ValueError(f"{name}: width is {width} but the embed layer's output width is {embed.get_dim('nO')}")
     # The parts of each word seen, kept by the forward pass and never saved with the model.
-    lookup = Model("lexeme_lookup", partial(_lookup_forward, part_cache={}), init=_lookup_init,
+    lookup = Model("lexeme_lookup", partial(_lookup_forward, part_cache={}, head_cache={}), init=_lookup_init,
                    attrs={"tables": list(tables), "attr_ids": attr_ids, "keys": [], "values": [],
-                          "prefix_bits": list(cluster_prefix_bits), "hyphen_parts": hyphen_parts})
+                          "prefix_bits": list(cluster_prefix_bits), "hyphen_parts": hyphen_parts,
+                          "compound_heads": compound_heads})
     # The rows of each id column: every (table, attribute) pair, then per attribute each cluster
-    # prefix, then per attribute the clusters of the first and the last hyphen part.
-    cluster_rows = rows[list(tables).index(CLUSTER_TABLE)] if cluster_prefix_bits or hyphen_parts else 0
+    # prefix, then per attribute the clusters of the first and the last hyphen part, then the compound head's.
+    uses_clusters = cluster_prefix_bits or hyphen_parts or compound_heads
+    cluster_rows = rows[list(tables).index(CLUSTER_TABLE)] if uses_clusters else 0
     column_rows = [rows[t] for t in range(len(tables)) for _ in attrs]
-    column_rows += [cluster_rows] * ((len(cluster_prefix_bits) + 2 * hyphen_parts) * len(attrs))
+    column_rows += [cluster_rows] * ((len(cluster_prefix_bits) + 2 * hyphen_parts) * len(attrs) + compound_heads)
     embeddings = [HashEmbed(width, n_rows, column=i, seed=101 + i, dropout=0.0) for i, n_rows in enumerate(column_rows)]
     table_embed = embed_rows_once(chain(
         lookup,
@@ -214,7 +226,37 @@ def part_ids(strings, words: numpy.ndarray, cache: Dict[int, Tuple[int, int]]) -
     return parts[inverse.reshape(-1)]
 
 
-def _lookup_forward(model: Model, docs: List[Doc], is_train: bool, part_cache: Dict[int, Tuple[int, int]]):
+def compound_head_of(word: str, keys: numpy.ndarray, values: numpy.ndarray) -> int:
+    """The value (cluster) of the longest proper suffix of `word`, of at least COMPOUND_HEAD_CHARS
+    characters, that a sorted table has, its first letter upper-cased; MISSING where none is."""
+    suffixes = [word[i].upper() + word[i + 1:] for i in range(1, len(word) - COMPOUND_HEAD_CHARS + 1)]
+    if not suffixes:
+        return MISSING
+    found = lookup_values(keys, values, numpy.fromiter(map(get_string_id, suffixes), dtype="uint64"))
+    hits = numpy.flatnonzero(found != MISSING)
+    return int(found[hits[0]]) if len(hits) else MISSING
+
+
+def compound_heads_of(strings, words: numpy.ndarray, clusters: numpy.ndarray, keys: numpy.ndarray,
+                      values: numpy.ndarray, cache: Dict[int, int]) -> numpy.ndarray:
+    """compound_head_of each word hash whose own cluster is MISSING (MISSING for the others), worked
+    out once per distinct word."""
+    heads = numpy.full(len(words), MISSING, dtype="int32")
+    lacking = numpy.flatnonzero(clusters == MISSING)
+    if not len(lacking):
+        return heads
+    distinct, inverse = numpy.unique(words[lacking], return_inverse=True)
+    if len(cache) > PART_CACHE_WORDS:
+        cache.clear()
+    for key in distinct.tolist():
+        if key not in cache:
+            cache[key] = compound_head_of(strings[key], keys, values) if key in strings else MISSING
+    heads[lacking] = numpy.asarray([cache[key] for key in distinct.tolist()], dtype="int32")[inverse.reshape(-1)]
+    return heads
+
+
+def _lookup_forward(model: Model, docs: List[Doc], is_train: bool, part_cache: Dict[int, Tuple[int, int]],
+                    head_cache: Dict[int, int]):
     keys, values = model.attrs["keys"], model.attrs["values"]
     if not keys:
         raise ValueError("spacy_fofe.LexemeTablesEmbed.v1: the lexeme tables are not loaded; "
@@ -235,6 +277,11 @@ def _lookup_forward(model: Model, docs: List[Doc], is_train: bool, part_cache: D
         for a in range(len(attr_ids)):
             parts = part_ids(docs[0].vocab.strings, words[:, a], part_cache)
             columns.extend(lookup_values(keys[table], values[table], parts[:, side]) for side in (0, 1))
+    if model.attrs.get("compound_heads"):
+        table = model.attrs["tables"].index(CLUSTER_TABLE)
+        orth = numpy.concatenate([numpy.asarray(doc.to_array("ORTH"), dtype="uint64") for doc in docs])
+        columns.append(compound_heads_of(docs[0].vocab.strings, orth, lookup_values(keys[table], values[table], orth),
+                                         keys[table], values[table], head_cache))
     ids = numpy.stack(columns, axis=1)
     # HashEmbed hashes uint64 ids; the int32 values (negative ones included) map one to one.
     ids = model.ops.asarray2i(ids.astype("int64").view("uint64"), dtype="uint64")

@@ -10,16 +10,24 @@ from spacy.strings import get_string_id
 from spacy.tokens import Doc
 from spacy.util import registry
 
-from spacy_fofe.lexeme_tables import MISSING, LexemeTablesEmbed, cluster_prefixes, hyphen_parts_of, lookup_values
+from spacy_fofe.lexeme_tables import (
+    MISSING,
+    LexemeTablesEmbed,
+    cluster_prefixes,
+    compound_head_of,
+    hyphen_parts_of,
+    lookup_values,
+)
 from spacy_fofe.word_dropout import WordDropoutHashEmbed
 
 from helpers import LEXEME_TABLES_EMBED, NESTED, make_examples, overfit_with_tok2vec, predicted, with_tables
 
 
 def embed(width=16, tables=("lexeme_cluster", "lexeme_prob"), attrs=("ORTH", "LOWER"), rows=(50, 20), prefix_bits=(),
-          hyphen_parts=False):
+          hyphen_parts=False, compound_heads=False):
     words = WordDropoutHashEmbed(width=width, attrs=["NORM", "SHAPE"], rows=[100, 50], include_static_vectors=False)
-    return LexemeTablesEmbed(words, width, list(tables), list(attrs), list(rows), list(prefix_bits), hyphen_parts)
+    return LexemeTablesEmbed(words, width, list(tables), list(attrs), list(rows), list(prefix_bits), hyphen_parts,
+                             compound_heads)
 
 
 def lookup_layer(model):
@@ -110,6 +118,37 @@ def test_a_compound_gets_the_clusters_of_its_parts_and_saves_no_cache():
     numpy.testing.assert_allclose(reloaded.predict([doc])[0], model.predict([doc])[0])
 
 
+def test_compound_head_is_the_longest_known_suffix_of_four_characters_or_more():
+    table = {"Regierung": 3, "Hofer": 40, "Gierung": 5, "Ung": 9, "Paris": 7}
+    keys = numpy.asarray([get_string_id(word) for word in table], dtype="uint64")
+    values = numpy.asarray(list(table.values()), dtype="int32")
+    order = numpy.argsort(keys)
+    heads = {"Landesregierung": 3, "landesregierung": 3, "Schörgenhofer": 40, "Zeitung": MISSING, "Regierung": 5,
+             "Paris": MISSING, "Hofer": MISSING, "Ung": MISSING, "": MISSING, "Ostparis": 7}
+    for word, head in heads.items():
+        assert compound_head_of(word, keys[order], values[order]) == head, word
+
+
+def test_a_word_without_a_cluster_gets_its_compound_heads_and_saves_no_cache():
+    def make():
+        return embed(tables=["lexeme_cluster"], attrs=["ORTH", "LOWER"], rows=[50], compound_heads=True)
+
+    nlp = with_tables()
+    model = make()
+    model.initialize(X=[nlp("Ann")])
+    unseen = model.to_bytes()
+    doc = Doc(nlp.vocab, words=["Fortoronto", "Paris", "Hauptparis", "Ann", "Lee", "xyzLee", "Tann"])
+    # columns: (cluster, ORTH), (cluster, LOWER), then the head's cluster, for words whose ORTH has none
+    expected = [[MISSING, MISSING, 7], [7, 9, MISSING], [MISSING, MISSING, 7], [40, MISSING, MISSING],
+                [41, MISSING, MISSING], [MISSING, MISSING, MISSING], [MISSING, MISSING, MISSING]]
+    assert lookup_layer(model).predict([doc])[0].view("int64").tolist() == expected
+    assert model.predict([doc])[0].shape == (7, 16)
+    assert model.to_bytes() == unseen
+    reloaded = make()
+    reloaded.from_bytes(unseen)
+    numpy.testing.assert_allclose(reloaded.predict([doc])[0], model.predict([doc])[0])
+
+
 def test_a_table_in_the_vocab_is_used_before_the_lookups_package():
     nlp = spacy.blank("de")
     nlp.vocab.lookups.add_table("lexeme_cluster", {"Tisch": 12345})
@@ -135,6 +174,8 @@ def test_missing_tables_and_bad_settings_are_clear_errors():
         embed(tables=["lexeme_prob"], rows=[10], prefix_bits=[4])
     with pytest.raises(ValueError, match="hyphen_parts needs 'lexeme_cluster'"):
         embed(tables=["lexeme_prob"], rows=[10], hyphen_parts=True)
+    with pytest.raises(ValueError, match="compound_heads needs 'lexeme_cluster'"):
+        embed(tables=["lexeme_prob"], rows=[10], compound_heads=True)
     with pytest.raises(ValueError, match="between 1 and 31"):
         embed(prefix_bits=[0])
     nlp = with_tables()
