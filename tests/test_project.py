@@ -108,11 +108,14 @@ def test_ablation_variants_change_only_what_they_name(tmp_path):
     tables = model["tok2vec"]
     plain = ablation.variant_config(base, "-cluster_prefix_bits")["components"]["fofe_ner"]["model"]["tok2vec"]
     assert tables["cluster_prefix_bits"] and plain == {k: v for k, v in tables.items() if k != "cluster_prefix_bits"}
-    assert ablation.variant_config(base, "-hyphen_parts") is None  # conll.cfg has no hyphen parts
+    for option in ("hyphen_parts", "compound_heads"):
+        assert ablation.variant_config(base, f"-{option}") is None  # conll.cfg has neither
     german = load_config(ROOT / "configs" / "germeval.cfg")["components"]["fofe_ner"]["model"]["tok2vec"]
-    assert german["*"]["tables"]["hyphen_parts"]
-    changed = ablation.variant_config(ROOT / "configs" / "germeval.cfg", "-hyphen_parts")
-    assert "hyphen_parts" not in changed["components"]["fofe_ner"]["model"]["tok2vec"]["*"]["tables"]
+    for option in ("hyphen_parts", "compound_heads"):
+        assert german["*"]["tables"][option]
+        changed = ablation.variant_config(ROOT / "configs" / "germeval.cfg", f"-{option}")
+        changed_tables = changed["components"]["fofe_ner"]["model"]["tok2vec"]["*"]["tables"]
+        assert changed_tables == {k: v for k, v in german["*"]["tables"].items() if k != option}
     # germeval.cfg's USE features out: its tables alone are the tok2vec; a config without them is skipped
     changed = ablation.variant_config(ROOT / "configs" / "germeval.cfg", "-use_features")
     assert changed["components"]["fofe_ner"]["model"]["tok2vec"] == german["*"]["tables"]

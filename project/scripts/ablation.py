@@ -9,9 +9,10 @@ is not trained again, so an interrupted run resumes; one interrupted in training
 
 Variants: `full` (the config as it is); `-left_context`, `-right_context`, `-bag_of_words`,
 `-char_fofe` (one feature group off); `-lexeme_tables` (each LexemeTablesEmbed in the config
-replaced by its inner embedding); `-cluster_prefix_bits`, `-hyphen_parts` (that LexemeTablesEmbed option
-off); `-use_features` (each USEFeatures block taken out of its concatenate; one left alone there
-takes the concatenate's place); `+learned_alphas` / `-learned_alphas` (learn_word_alpha and learn_char_alpha on / off);
+replaced by its inner embedding); `-cluster_prefix_bits`, `-hyphen_parts`, `-compound_heads` (that
+LexemeTablesEmbed option off); `-use_features` (each USEFeatures block taken out of its concatenate;
+one left alone there takes the concatenate's place); `+learned_alphas` / `-learned_alphas`
+(learn_word_alpha and learn_char_alpha on / off);
 `+char_cnn` / `-char_cnn` (the character CNN of the fragment next to the character FOFE);
 `+second_pass` / `-second_pass` (a second scorer that also reads the first pass's decisions);
 `+length_bias` / `-length_bias` (a first-layer row per fragment length); a `+` or `-` variant that
@@ -41,7 +42,7 @@ GROUPS = ("left_context", "right_context", "bag_of_words", "char_fofe")
 OPTIONS = ("char_cnn", "second_pass", "length_bias")  # the model's on / off additions
 # Each +x / -x variant and the model settings it switches on / off together.
 SWITCHES = {"learned_alphas": ("learn_word_alpha", "learn_char_alpha"), **{o: (o,) for o in OPTIONS}}
-TABLE_OPTIONS = ("cluster_prefix_bits", "hyphen_parts")  # LexemeTablesEmbed's additions, switched off
+TABLE_OPTIONS = ("cluster_prefix_bits", "hyphen_parts", "compound_heads")  # LexemeTablesEmbed's additions, switched off
 VARIANTS = ("full", *(f"-{g}" for g in GROUPS), "-lexeme_tables", *(f"-{o}" for o in TABLE_OPTIONS), "-use_features",
             *(f"{sign}{o}" for o in SWITCHES for sign in "+-"), "+documents", "+both_forms", "+pretraining")
 NEEDS_DOCS = ("+documents", "+both_forms")
