@@ -277,7 +277,7 @@ def _lookup_forward(model: Model, docs: List[Doc], is_train: bool, part_cache: D
         for a in range(len(attr_ids)):
             parts = part_ids(docs[0].vocab.strings, words[:, a], part_cache)
             columns.extend(lookup_values(keys[table], values[table], parts[:, side]) for side in (0, 1))
-    if model.attrs.get("compound_heads"):
+    if model.attrs["compound_heads"]:
         table = model.attrs["tables"].index(CLUSTER_TABLE)
         orth = numpy.concatenate([numpy.asarray(doc.to_array("ORTH"), dtype="uint64") for doc in docs])
         columns.append(compound_heads_of(docs[0].vocab.strings, orth, lookup_values(keys[table], values[table], orth),
