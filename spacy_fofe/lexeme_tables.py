@@ -23,10 +23,10 @@ precedence over the package's.
 
 from functools import partial
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy
-from spacy.attrs import intify_attr
+from spacy.attrs import ORTH, intify_attr
 from spacy.lookups import Lookups
 from spacy.strings import get_string_id
 from spacy.tokens import Doc
@@ -213,17 +213,23 @@ def hyphen_parts_of(word: str) -> Tuple[int, int]:
     return get_string_id(parts[0]), get_string_id(parts[-1])
 
 
-def part_ids(strings, words: numpy.ndarray, cache: Dict[int, Tuple[int, int]]) -> numpy.ndarray:
-    """(len(words), 2) uint64: hyphen_parts_of each word hash, worked out once per distinct word."""
+def per_distinct_word(strings, words: numpy.ndarray, cache: dict, work_out: Callable, default, dtype: str):
+    """work_out(word) for each word hash (`default` for a hash the strings lack), worked out once per
+    distinct word and kept in `cache`, which starts again past PART_CACHE_WORDS words."""
     distinct, inverse = numpy.unique(words, return_inverse=True)
     if len(cache) > PART_CACHE_WORDS:
         cache.clear()
-    parts = numpy.zeros((len(distinct), 2), dtype="uint64")
-    for i, key in enumerate(distinct.tolist()):
+    keys = distinct.tolist()
+    for key in keys:
         if key not in cache:
-            cache[key] = hyphen_parts_of(strings[key]) if key in strings else (0, 0)
-        parts[i] = cache[key]
-    return parts[inverse.reshape(-1)]
+            cache[key] = work_out(strings[key]) if key in strings else default
+    found = numpy.asarray([cache[key] for key in keys], dtype=dtype).reshape((len(keys), *numpy.shape(default)))
+    return found[inverse.reshape(-1)]
+
+
+def part_ids(strings, words: numpy.ndarray, cache: Dict[int, Tuple[int, int]]) -> numpy.ndarray:
+    """(len(words), 2) uint64: hyphen_parts_of each word hash, worked out once per distinct word."""
+    return per_distinct_word(strings, words, cache, hyphen_parts_of, (0, 0), "uint64")
 
 
 def compound_head_of(word: str, keys: numpy.ndarray, values: numpy.ndarray) -> int:
@@ -242,16 +248,9 @@ def compound_heads_of(strings, words: numpy.ndarray, clusters: numpy.ndarray, ke
     """compound_head_of each word hash whose own cluster is MISSING (MISSING for the others), worked
     out once per distinct word."""
     heads = numpy.full(len(words), MISSING, dtype="int32")
-    lacking = numpy.flatnonzero(clusters == MISSING)
-    if not len(lacking):
-        return heads
-    distinct, inverse = numpy.unique(words[lacking], return_inverse=True)
-    if len(cache) > PART_CACHE_WORDS:
-        cache.clear()
-    for key in distinct.tolist():
-        if key not in cache:
-            cache[key] = compound_head_of(strings[key], keys, values) if key in strings else MISSING
-    heads[lacking] = numpy.asarray([cache[key] for key in distinct.tolist()], dtype="int32")[inverse.reshape(-1)]
+    lacking = clusters == MISSING
+    head_of = partial(compound_head_of, keys=keys, values=values)
+    heads[lacking] = per_distinct_word(strings, words[lacking], cache, head_of, MISSING, "int32")
     return heads
 
 
@@ -264,8 +263,10 @@ def _lookup_forward(model: Model, docs: List[Doc], is_train: bool, part_cache: D
     if not docs:
         return [], lambda d_features: []
     attr_ids = model.attrs["attr_ids"]
+    # The compound heads read ORTH: fetched with the other attributes where they lack it.
+    fetched = attr_ids + [ORTH] if model.attrs["compound_heads"] and ORTH not in attr_ids else attr_ids
     # One lookup for the whole batch: concatenate the docs' word hashes, then split the ids.
-    words = numpy.concatenate([numpy.asarray(doc.to_array(attr_ids), dtype="uint64").reshape((len(doc), len(attr_ids)))
+    words = numpy.concatenate([numpy.asarray(doc.to_array(fetched), dtype="uint64").reshape((len(doc), len(fetched)))
                                for doc in docs])
     columns = [lookup_values(k, v, words[:, a]) for k, v in zip(keys, values) for a in range(len(attr_ids))]
     if model.attrs["prefix_bits"]:
@@ -278,10 +279,11 @@ def _lookup_forward(model: Model, docs: List[Doc], is_train: bool, part_cache: D
             parts = part_ids(docs[0].vocab.strings, words[:, a], part_cache)
             columns.extend(lookup_values(keys[table], values[table], parts[:, side]) for side in (0, 1))
     if model.attrs["compound_heads"]:
-        table = model.attrs["tables"].index(CLUSTER_TABLE)
-        orth = numpy.concatenate([numpy.asarray(doc.to_array("ORTH"), dtype="uint64") for doc in docs])
-        columns.append(compound_heads_of(docs[0].vocab.strings, orth, lookup_values(keys[table], values[table], orth),
-                                         keys[table], values[table], head_cache))
+        table, a = model.attrs["tables"].index(CLUSTER_TABLE), fetched.index(ORTH)
+        clusters = columns[table * len(attr_ids) + a] if a < len(attr_ids) else \
+            lookup_values(keys[table], values[table], words[:, a])
+        columns.append(compound_heads_of(docs[0].vocab.strings, words[:, a], clusters, keys[table], values[table],
+                                         head_cache))
     ids = numpy.stack(columns, axis=1)
     # HashEmbed hashes uint64 ids; the int32 values (negative ones included) map one to one.
     ids = model.ops.asarray2i(ids.astype("int64").view("uint64"), dtype="uint64")
