@@ -67,6 +67,19 @@ def overfit_with_tok2vec(nlp, tok2vec):
     return nlp
 
 
+def overfit_with_consistency():
+    """A small fofe_ner trained with R-Drop (consistency 1.0, dropout 0.1) on NESTED, checked to have
+    learnt every span."""
+    spacy.util.fix_random_seed(0)
+    nlp = spacy.blank("en")
+    model = {**SMALL_MODEL, "dropout": 0.1}
+    nlp.add_pipe("fofe_ner", config={"model": model, "consistency": 1.0, "disjoint_rate": 1.0})
+    train(nlp, make_examples(nlp, NESTED), steps=150)
+    for text, spans in NESTED:
+        assert predicted(nlp(text)) == sorted(spans), text
+    return nlp
+
+
 CLUSTERS = {"Ann": 40, "Bob": 40, "Lee": 41, "Toronto": 7, "Paris": 7, "paris": 9, "Quillmere": 7}
 PROBS = {"Ann": -10.2, "ann": -14.7, "the": -3.5, "Paris": -9.0}
 # fofe_ner's tok2vec in the lexeme-table pipeline tests: the word-dropout embedding plus both tables.

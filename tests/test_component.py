@@ -20,6 +20,7 @@ from helpers import (
     WORD_DROPOUT_EMBED,
     make_examples,
     outer_level,
+    overfit_with_consistency,
     overfit_with_tok2vec,
     predicted,
     train,
@@ -260,13 +261,7 @@ def test_consistency_without_dropout_doubles_the_plain_step():
 
 
 def test_overfits_with_consistency_and_dropout():
-    spacy.util.fix_random_seed(0)
-    nlp = spacy.blank("en")
-    model = {**SMALL_MODEL, "dropout": 0.1}
-    nlp.add_pipe("fofe_ner", config={"model": model, "consistency": 1.0, "disjoint_rate": 1.0})
-    train(nlp, make_examples(nlp, NESTED), steps=150)
-    for text, spans in NESTED:
-        assert predicted(nlp(text)) == sorted(spans), text
+    overfit_with_consistency()
 
 
 def test_editing_cfg_checks_the_new_value_and_keeps_the_old_one(trained):

@@ -25,6 +25,7 @@ from helpers import (
     NESTED,
     SMALL_MODEL,
     make_examples,
+    overfit_with_consistency,
     overfit_with_tok2vec,
     predicted,
     small_pipeline,
@@ -94,13 +95,16 @@ def test_a_cpu_trained_pipeline_loaded_on_gpu_scores_the_same(gpu_ops, tmp_path)
     assert_gpu_scores_like_cpu(cpu_nlp, tmp_path / "pipeline", [text for text, _ in NESTED])
 
 
-def test_lexeme_tables_on_gpu_score_like_cpu_and_train(gpu_ops, tmp_path):
-    """LexemeTablesEmbed looks up on the CPU and hands HashEmbed its ids as a CuPy array."""
+@pytest.mark.parametrize("options", [{}, {"hyphen_parts": True, "compound_heads": True}])
+def test_lexeme_tables_on_gpu_score_like_cpu_and_train(gpu_ops, tmp_path, options):
+    """LexemeTablesEmbed looks up on the CPU (compound parts and heads too) and hands HashEmbed its ids
+    as a CuPy array."""
     require_cpu()
-    cpu_nlp = overfit_with_tok2vec(with_tables(), LEXEME_TABLES_EMBED)
-    texts = [text for text, _ in NESTED] + ["Quillmere hired Bob .", ""]
+    tok2vec = {**LEXEME_TABLES_EMBED, **options}
+    cpu_nlp = overfit_with_tok2vec(with_tables(), tok2vec)
+    texts = [text for text, _ in NESTED] + ["Quillmere hired Bob .", "", "Eastquillmere hired Paris-1 ."]
     assert_gpu_scores_like_cpu(cpu_nlp, tmp_path / "lexemes", texts)
-    gpu_nlp = overfit_with_tok2vec(with_tables(), LEXEME_TABLES_EMBED)  # trains on the GPU
+    gpu_nlp = overfit_with_tok2vec(with_tables(), tok2vec)  # trains on the GPU
     assert not isinstance(gpu_nlp.get_pipe("fofe_ner").model.ops, NumpyOps)
 
 
@@ -111,6 +115,12 @@ def test_overfits_a_small_nested_corpus_on_gpu(gpu_ops):
     train(nlp, make_examples(nlp, NESTED))
     for text, spans in NESTED:
         assert predicted(nlp(text)) == sorted(spans), text
+
+
+def test_overfits_with_consistency_on_gpu(gpu_ops):
+    """R-Drop's two passes and their gap stay on the GPU."""
+    nlp = overfit_with_consistency()
+    assert not isinstance(nlp.get_pipe("fofe_ner").model.ops, NumpyOps)
 
 
 @pytest.mark.parametrize("option", ["char_cnn", "second_pass", "length_bias"])
