@@ -97,7 +97,7 @@ def test_a_cpu_trained_pipeline_loaded_on_gpu_scores_the_same(gpu_ops, tmp_path)
 
 @pytest.mark.parametrize("options", [{}, {"hyphen_parts": True, "compound_heads": True}])
 def test_lexeme_tables_on_gpu_score_like_cpu_and_train(gpu_ops, tmp_path, options):
-    """LexemeTablesEmbed looks up on the CPU (compound parts and heads too) and hands HashEmbed its ids
+    """LexemeTablesEmbed looks up on the CPU (hyphen parts and compound heads too) and hands HashEmbed its ids
     as a CuPy array."""
     require_cpu()
     tok2vec = {**LEXEME_TABLES_EMBED, **options}
