@@ -219,12 +219,12 @@ def per_distinct_word(strings, words: numpy.ndarray, cache: dict, work_out: Call
     distinct, inverse = numpy.unique(words, return_inverse=True)
     if len(cache) > PART_CACHE_WORDS:
         cache.clear()
-    keys = distinct.tolist()
-    for key in keys:
+    found = []
+    for key in distinct.tolist():
         if key not in cache:
             cache[key] = work_out(strings[key]) if key in strings else default
-    found = numpy.asarray([cache[key] for key in keys], dtype=dtype).reshape((len(keys), *numpy.shape(default)))
-    return found[inverse.reshape(-1)]
+        found.append(cache[key])
+    return numpy.asarray(found, dtype=dtype).reshape((len(found), *numpy.shape(default)))[inverse.reshape(-1)]
 
 
 def part_ids(strings, words: numpy.ndarray, cache: Dict[int, Tuple[int, int]]) -> numpy.ndarray:
