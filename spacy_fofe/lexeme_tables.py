@@ -244,18 +244,22 @@ def compound_head_of(word: str, keys: numpy.ndarray, values: numpy.ndarray) -> i
 
 
 def compound_heads_of(strings, words: numpy.ndarray, clusters: numpy.ndarray, keys: numpy.ndarray,
-                      values: numpy.ndarray, cache: Dict[int, int]) -> numpy.ndarray:
+                      values: numpy.ndarray, cache: dict) -> numpy.ndarray:
     """compound_head_of each word hash whose own cluster is MISSING (MISSING for the others), worked
-    out once per distinct word."""
+    out once per distinct word. The heads in `cache` hold for the table they came from: a new table
+    (the layer initialized again, or loaded in place) starts them again."""
+    if cache.get("table") is not values:
+        cache.clear()
+        cache.update(table=values, heads={})
     heads = numpy.full(len(words), MISSING, dtype="int32")
     lacking = clusters == MISSING
     head_of = partial(compound_head_of, keys=keys, values=values)
-    heads[lacking] = per_distinct_word(strings, words[lacking], cache, head_of, MISSING, "int32")
+    heads[lacking] = per_distinct_word(strings, words[lacking], cache["heads"], head_of, MISSING, "int32")
     return heads
 
 
 def _lookup_forward(model: Model, docs: List[Doc], is_train: bool, part_cache: Dict[int, Tuple[int, int]],
-                    head_cache: Dict[int, int]):
+                    head_cache: dict):
     keys, values = model.attrs["keys"], model.attrs["values"]
     if not keys:
         raise ValueError("spacy_fofe.LexemeTablesEmbed.v1: the lexeme tables are not loaded; "

@@ -146,6 +146,25 @@ def test_a_word_without_a_cluster_gets_its_compound_heads_and_saves_no_cache():
     assert_lookups_saved_without_cache(make, words, expected)
 
 
+def test_compound_heads_follow_a_new_table_in_a_layer_that_has_run():
+    def layer_on(table):
+        nlp = spacy.blank("de")
+        nlp.vocab.lookups.add_table("lexeme_cluster", table)
+        return nlp
+
+    old, new = layer_on({"Hofer": 40}), layer_on({"Hofer": 41})
+    model = embed(tables=["lexeme_cluster"], attrs=["ORTH"], rows=[50], compound_heads=True)
+    doc = Doc(old.vocab, words=["Schörgenhofer"])
+    model.initialize(X=[old("Hofer")])
+    assert lookup_layer(model).predict([doc])[0].view("int64").tolist() == [[MISSING, 40]]
+    model.initialize(X=[new("Hofer")])
+    assert lookup_layer(model).predict([doc])[0].view("int64").tolist() == [[MISSING, 41]]
+    saved_with_old = embed(tables=["lexeme_cluster"], attrs=["ORTH"], rows=[50], compound_heads=True)
+    saved_with_old.initialize(X=[old("Hofer")])
+    model.from_bytes(saved_with_old.to_bytes())
+    assert lookup_layer(model).predict([doc])[0].view("int64").tolist() == [[MISSING, 40]]
+
+
 def test_a_table_in_the_vocab_is_used_before_the_lookups_package():
     nlp = spacy.blank("de")
     nlp.vocab.lookups.add_table("lexeme_cluster", {"Tisch": 12345})
