@@ -4,9 +4,10 @@ spaCy imports this module through the `spacy_cli` entry point when its CLI start
 `fofe` command group joins spaCy's app. `python -m spacy_fofe ...` runs the same group.
 """
 
+from collections import Counter
 from enum import Enum
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import spacy
 import srsly
@@ -71,6 +72,7 @@ def convert_cli(
     """Convert a column (IOB1/IOB2/IOBES/BILUO, a column per level) or JSON lines corpus
     to .spacy, with gold in doc.spans[KEY]. Prints what was kept, and every span dropped or
     repaired with its reason; a file it cannot read fully is an error and nothing is written."""
+    unread_tags: Dict[int, Counter] = {}
     try:
         if output_path.suffix != ".spacy":
             raise ValueError(f"{output_path}: the output must be a .spacy file (spaCy's corpus readers skip "
@@ -86,7 +88,7 @@ def convert_cli(
         else:
             columns = [int(c) for c in tag_columns.split(",")]
             sep = "\t" if separator in ("tab", "\\t") else separator
-            records = converters.read_columns(input_path, token_column, columns, scheme.value, sep)
+            records = converters.read_columns(input_path, token_column, columns, scheme.value, sep, unread_tags)
             if docs:
                 records = converters.group_documents(records, input_path)
         report = converters.convert(records, output_path, spans_key, not no_ents, max_length)
@@ -96,6 +98,10 @@ def convert_cli(
     print(report.summary())
     if report.dropped:
         msg.warn(f"{sum(report.dropped.values())} spans were dropped (see above)")
+    for column, labels in sorted(unread_tags.items()):
+        shown = ", ".join(label for label, _ in labels.most_common(6)) + (", ..." if len(labels) > 6 else "")
+        msg.info(f"column {column} also holds tags ({shown}) and was not read; if it is a level of entities, "
+                 f"name it in --tag-columns, outer level first (e.g. --tag-columns {column},{tag_columns})")
 
 
 @fofe_cli.command("tune")

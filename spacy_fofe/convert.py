@@ -16,7 +16,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 from spacy.tokens import Doc, DocBin, Span
 from spacy.util import filter_spans
@@ -133,9 +133,15 @@ def tags_to_spans(tags: Sequence[str], scheme: str = "iob2") -> Tuple[List[SpanT
 
 def read_columns(
     path: Path, token_column: int = 0, tag_columns: Sequence[int] = (-1,), scheme: str = "iob2",
-    separator: Optional[str] = None,
+    separator: Optional[str] = None, unread_tags: Optional[Dict[int, Counter]] = None,
 ) -> Iterator[Record]:
-    """Yield a Record per sentence of a column file (a level per tag column)."""
+    """Yield a Record per sentence of a column file (a level per tag column).
+
+    unread_tags: filled, once the file is read, with {column: tags per label} for each column not
+    read whose every value is a tag and some an entity tag: a level the tag columns may have missed
+    (GermEval's outer level under the default `-1`; CoNLL-2003's chunk tags look alike).
+    """
+    unread = UnreadTagColumns(token_column, tag_columns)
     words: List[str] = []
     rows: List[List[str]] = []
     line_numbers: List[int] = []
@@ -184,11 +190,39 @@ def read_columns(
         words.append(cells[token_column])
         rows.append(cells)
         line_numbers.append(number)
+        unread.add(cells)
     if words:
         yield flush()
+    if unread_tags is not None:
+        unread_tags.update(unread.found())
     if entity_tags == 0:
         raise ValueError(f"{path}: tag columns {list(tag_columns)} hold no entity tags (every tag is O); nothing was "
                          "written. Choose the columns with --tag-columns.")
+
+
+class UnreadTagColumns:
+    """Which columns other than the token and tag columns hold tags alone, and their labels."""
+
+    def __init__(self, token_column: int, tag_columns: Sequence[int]):
+        self.read = [token_column, *tag_columns]
+        self.labels: Dict[int, Counter] = {}
+        self.not_tags: Set[int] = set()
+
+    def add(self, cells: List[str]) -> None:
+        read = {column % len(cells) for column in self.read}
+        for column, value in enumerate(cells):
+            if column in read or column in self.not_tags:
+                continue
+            labels = self.labels.setdefault(column, Counter())
+            if value not in OUTSIDE_TAGS:
+                match = TAG.match(value)
+                if match is None:
+                    self.not_tags.add(column)
+                else:
+                    labels[match.group(2)] += 1
+
+    def found(self) -> Dict[int, Counter]:
+        return {column: labels for column, labels in self.labels.items() if labels and column not in self.not_tags}
 
 
 def group_documents(records: Iterable[Record], path: Path) -> Iterator[Record]:

@@ -74,6 +74,26 @@ def test_column_order_is_an_option(tmp_path):
     assert list(read_columns(source, token_column=2, tag_columns=[0])) == [Record(["Ann", "Lee"], [[(0, 2, "PER")]])]
 
 
+def test_a_tag_column_not_read_is_reported_with_its_labels(tmp_path):
+    source = tmp_path / "nested.tsv"
+    # token, part of speech, outer level, inner level; "O" is a word class of the second column here
+    source.write_text("Die\tO\tO\tO\nUniversität\tNN\tB-ORG\tO\nToronto\tNE\tI-ORG\tB-LOC\n\n"
+                      "Bonn\tNE\tB-LOC\tO\nund\tKON\tO\tO\nParis\tNE\tB-LOC\tO\n", encoding="utf8")
+    unread = {}
+    records = read_columns(source, 0, [-1], "iob2", "\t", unread)
+    assert [record.levels for record in records] == [[[(2, 3, "LOC")]], [[]]]
+    assert unread == {2: {"ORG": 2, "LOC": 2}}  # tags per label
+    unread = {}
+    list(read_columns(source, 0, [2, 3], "iob2", "\t", unread))
+    assert unread == {}
+    done = run("convert", source, tmp_path / "inner.spacy", "--separator", "tab")
+    assert done.exit_code == 0, done.output
+    assert "column 2 also holds tags (ORG, LOC) and was not read" in " ".join(done.output.split())
+    assert "--tag-columns 2,-1" in done.output
+    done = run("convert", source, tmp_path / "both.spacy", "--separator", "tab", "--tag-columns", "2,3")
+    assert done.exit_code == 0 and "not read" not in done.output
+
+
 def test_too_few_columns_is_a_clear_error(tmp_path):
     source = tmp_path / "short.tsv"
     source.write_text("Ann\tB-PER\nLee\n", encoding="utf8")
