@@ -147,6 +147,7 @@ def read_columns(
     line_numbers: List[int] = []
     entity_tags = 0
     doc_start = False
+    columns: Optional[Tuple[int, int]] = None  # the first token line's number of columns, and its line
 
     def flush():
         nonlocal entity_tags
@@ -187,6 +188,14 @@ def read_columns(
                 words, rows, line_numbers = [], [], []
             doc_start = True
             continue
+        if columns is None:
+            columns = (len(cells), number)
+        elif len(cells) != columns[0]:
+            tab = "\t" in line and not separator
+            hint = " (a token with a space? the line has a tab: --separator tab)" if tab else ""
+            raise ValueError(f"{path}:{number}: line {line!r} has {len(cells)} columns where line {columns[1]} has "
+                             f"{columns[0]}{hint}; every token line needs the same columns, or a column would be "
+                             "read as another")
         words.append(cells[token_column])
         rows.append(cells)
         line_numbers.append(number)

@@ -101,6 +101,17 @@ def test_too_few_columns_is_a_clear_error(tmp_path):
         list(read_columns(source, 0, [1], separator="\t"))
 
 
+@pytest.mark.parametrize("separator,hint", [(None, True), ("\t", False)])
+def test_a_line_with_other_columns_than_the_first_is_an_error_not_a_token_cut_short(tmp_path, separator, hint):
+    # "New York" split on spaces would give the token "New" and drop "York" without a word.
+    source = tmp_path / "ragged.tsv"
+    source.write_text("EU\tB-ORG\nNew York\tB-LOC\n\n" if hint else "EU\tB-ORG\tO\nvisits\tO\n\n", encoding="utf8")
+    message = r"ragged.tsv:2: .* has 3 columns where line 1 has 2.*--separator tab" if hint else "has 2 columns where"
+    with pytest.raises(ValueError, match=message):
+        convert(read_columns(source, 0, [1], separator=separator), tmp_path / "out.spacy")
+    assert not (tmp_path / "out.spacy").exists()
+
+
 def run(*args):
     return CliRunner().invoke(fofe_cli, [str(a) for a in args])
 
