@@ -50,6 +50,7 @@ class Summary:
     rejects: int = 0
     seconds: float = 0.0
     per_worker: Dict[str, float] = field(default_factory=dict)  # worker -> seconds of work
+    ignored: List[Path] = field(default_factory=list)  # files of the inputs without a shard suffix, not read
     results: List[ShardResult] = field(default_factory=list)
 
     @property
@@ -57,15 +58,21 @@ class Summary:
         return self.words / self.seconds if self.seconds else 0.0
 
 
-def find_shards(inputs: Union[str, Path]) -> List[Path]:
-    """The shards of a folder (every file with a shard suffix) or a glob pattern, sorted."""
+def find_shards(inputs: Union[str, Path], ignored: Optional[List[Path]] = None) -> List[Path]:
+    """The shards of a folder (every file with a shard suffix) or a glob pattern, sorted.
+
+    ignored: extended with the other files the folder or pattern holds, which are not read.
+    """
     path = Path(inputs)
     if path.is_dir():
-        shards = [p for p in path.iterdir() if p.suffix in SHARD_SUFFIXES]
+        files = [p for p in path.iterdir() if p.is_file()]
     elif path.is_file():
-        shards = [path]
+        files = [path]
     else:
-        shards = [Path(p) for p in glob.glob(str(inputs)) if Path(p).suffix in SHARD_SUFFIXES]
+        files = [Path(p) for p in glob.glob(str(inputs)) if Path(p).is_file()]
+    shards = [p for p in files if p.suffix in SHARD_SUFFIXES or p == path]
+    if ignored is not None:
+        ignored.extend(sorted(p for p in files if p not in shards))
     if not shards:
         raise ValueError(f"{inputs}: no shards ({', '.join(SHARD_SUFFIXES)} files) found")
     names = Counter(p.stem for p in shards)
@@ -103,14 +110,15 @@ def annotate(
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
     output = Path(output)
-    shards = find_shards(inputs)
+    ignored: List[Path] = []
+    shards = find_shards(inputs, ignored)
     if any(shard.parent.resolve() == output.resolve() for shard in shards):
         raise ValueError(f"{output} holds input shards: write the annotations to another folder")
     output.mkdir(parents=True, exist_ok=True)
     pending = [s for s in shards if not output_paths(s, output, fmt)[0].exists()]
     for leftover in output.glob("*.tmp-*"):  # from a run that was stopped
         leftover.unlink()
-    summary = Summary(shards=len(shards), skipped=len(shards) - len(pending))
+    summary = Summary(shards=len(shards), skipped=len(shards) - len(pending), ignored=ignored)
     if not pending:
         return summary
     start = time.perf_counter()

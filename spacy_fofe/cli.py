@@ -323,6 +323,10 @@ def annotate_cli(
                            gpu_id=use_gpu, fmt=output_format.value, code=str(code_path) if code_path else None)
     except (ValueError, OSError) as err:
         _fail(err)
+    if summary.ignored:
+        shown = ", ".join(p.name for p in summary.ignored[:5]) + (", ..." if len(summary.ignored) > 5 else "")
+        msg.warn(f"{len(summary.ignored)} files of {inputs} are not shards (.jsonl, .txt, .spacy) and were not "
+                 f"read: {shown}")
     if summary.skipped:
         msg.info(f"{summary.skipped} of {summary.shards} shards already had an output and were skipped")
     done = summary.shards - summary.skipped

@@ -70,7 +70,8 @@ def read_examples(path: Union[str, Path], nlp, sentence_starts: bool = False) ->
     check_docbin_path(path)
     examples = list(Corpus(path)(nlp))
     if not examples:
-        raise ValueError(f"{path} holds no docs (a .spacy file, or a folder of them, is expected).")
+        raise ValueError(f"{path} holds no docs with tokens (spaCy's reader skips empty ones; a .spacy file, or a "
+                         "folder of them, is expected).")
     return list(with_sentence_starts(examples)) if sentence_starts else examples
 
 

@@ -132,6 +132,18 @@ def test_no_shards_clashing_names_and_output_among_the_inputs_are_errors(saved, 
         find_shards(tmp_path)
 
 
+def test_files_of_the_inputs_that_are_not_shards_are_listed_as_not_read(tmp_path):
+    for name in ["b.txt", "a.jsonl", "notes.csv", "c.spacy", "README"]:
+        (tmp_path / name).write_text("")
+    (tmp_path / "sub.jsonl").mkdir()
+    for inputs in [tmp_path, tmp_path / "*"]:
+        ignored = []
+        assert [p.name for p in find_shards(inputs, ignored)] == ["a.jsonl", "b.txt", "c.spacy"]
+        assert [p.name for p in ignored] == ["README", "notes.csv"]
+    ignored = []
+    assert find_shards(tmp_path / "notes.csv", ignored) == [tmp_path / "notes.csv"] and ignored == []
+
+
 def slow_pipeline(trained, tmp_path):
     """The trained pipeline plus a component that sleeps per doc (its code in slow.py), so a
     run lasts long enough to be killed in the middle."""
