@@ -75,21 +75,18 @@ _RANKED_WORDS: Dict[Tuple[str, int], List[str]] = {}
 
 @registry.layers("spacy_fofe.USEFeatures.v1")
 def USEFeatures(width: int = 64, contextual: Union[bool, str] = True, dropout: float = 0.1,
-                sentence: bool = False, frequent_words: int = 100_000,
-                word_dropout: float = 0.0) -> Model[List[Doc], List[Floats2d]]:
+                sentence: bool = False, frequent_words: int = 100_000) -> Model[List[Doc], List[Floats2d]]:
     """Each token's USE features (its pieces' mean, and with `sentence` its doc's sentence vector),
     projected to `width` by a trained layer. contextual: true, the CNN over the doc's pieces; "word",
     the CNN over each word's pieces alone; false, the pieces' embedding rows only. frequent_words:
     with "word", how many of the language's most frequent words not among its training words a saved
-    pipeline ships rows for (`width` float16 numbers each). word_dropout: in training, the rate at which a
-    token's whole row is zeroed, so the net also learns to tell a name by its context and other features."""
+    pipeline ships rows for (`width` float16 numbers each)."""
     if width < 1:
         raise ValueError(f"spacy_fofe.USEFeatures.v1: width must be at least 1, got {width}")
     if frequent_words < 0:
         raise ValueError(f"spacy_fofe.USEFeatures.v1: frequent_words must be at least 0, got {frequent_words}")
-    for name, rate in (("dropout", dropout), ("word_dropout", word_dropout)):
-        if not 0.0 <= rate < 1.0:
-            raise ValueError(f"spacy_fofe.USEFeatures.v1: {name} must be in [0, 1), got {rate}")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"spacy_fofe.USEFeatures.v1: dropout must be in [0, 1), got {dropout}")
     if contextual not in (True, False, "word"):
         raise ValueError(f"spacy_fofe.USEFeatures.v1: contextual must be true, false or \"word\", got {contextual!r}")
     _load_encoder()  # with the pipeline (spacy.load), as its other weights are, not at its first doc
@@ -102,7 +99,7 @@ def USEFeatures(width: int = 64, contextual: Union[bool, str] = True, dropout: f
     # forward still load.
     return Model("use_features", _forward, init=_init, layers=[encoder, projection], refs={"linear": linear},
                  dims={"nO": width}, attrs={"projected": _ProjectedPieces(), "projected_words": _ProjectedWords(),
-                                            "frequent_words": frequent_words, "word_dropout": word_dropout})
+                                            "frequent_words": frequent_words})
 
 
 def _init(model: Model, X=None, Y=None) -> None:
@@ -120,15 +117,8 @@ def _forward(model: Model, docs: List[Doc], is_train: bool):
         return _project_words(model, docs), lambda d_output: []
     features, _ = encoder(docs, is_train)
     output, backprop_projection = projection(features, is_train)
-    rate = model.attrs.get("word_dropout", 0.0)
-    masks = None
-    if is_train and rate:
-        masks = [model.ops.asarray2f(model.ops.xp.random.uniform(size=(len(x), 1)) >= rate) for x in output]
-        output = [x * mask for x, mask in zip(output, masks)]
 
     def backprop(d_output: List[Floats2d]) -> List[Doc]:
-        if masks is not None:
-            d_output = [d * mask for d, mask in zip(d_output, masks)]
         backprop_projection(d_output)  # the weights' gradients; the frozen encoder and the docs have none
         return []
 

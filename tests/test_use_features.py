@@ -344,27 +344,7 @@ def test_the_pieces_memo_starts_afresh_past_its_size(monkeypatch):
     assert set(encoder["pieces"]) == {"drei", "vier"} and pieces[0] == pieces[2]
 
 
-def test_word_dropout_zeroes_whole_rows_and_their_gradients_in_training_only():
-    nlp = spacy.blank("de")
-    docs = [nlp("Angela Merkel besuchte gestern mit ihren Freunden die Stadt Köln am Rhein .")] * 20
-    layer = USEFeatures(width=8, contextual="word", dropout=0.0, word_dropout=0.5)
-    layer.initialize(X=docs)
-    out, backprop = layer.begin_update(docs)
-    zero_rows = numpy.concatenate([numpy.abs(x).sum(axis=1) == 0 for x in out])
-    assert 0.35 < zero_rows.mean() < 0.65  # about half the 280 tokens
-    # A zeroed row is no feature of its own: no gradient reaches the projection through it.
-    d_output = [numpy.zeros_like(x) for x in out]
-    for d, x in zip(d_output, out):
-        d[numpy.abs(x).sum(axis=1) == 0] = 1.0
-    linear = layer.get_ref("linear")
-    linear.set_grad("W", numpy.zeros_like(linear.get_param("W")))
-    backprop(d_output)
-    assert not linear.get_grad("W").any()
-    assert not any((numpy.abs(x).sum(axis=1) == 0).any() for x in layer.predict(docs))
-
-
-@pytest.mark.parametrize("setting", [{"width": 0}, {"dropout": 1.0}, {"contextual": "words"}, {"frequent_words": -1},
-                                     {"word_dropout": 1.0}])
+@pytest.mark.parametrize("setting", [{"width": 0}, {"dropout": 1.0}, {"contextual": "words"}, {"frequent_words": -1}])
 def test_bad_settings_are_refused(setting):
     with pytest.raises(ValueError, match="USEFeatures"):
         USEFeatures(**setting)
