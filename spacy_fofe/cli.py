@@ -80,13 +80,15 @@ def convert_cli(
         if output_path.exists() and output_path.resolve() == input_path.resolve():
             raise ValueError(f"{output_path} is the input file; writing it would destroy the corpus. Name another "
                              "output.")
+        if max_length < 1:
+            raise ValueError(f"--max-length must be at least 1, got {max_length}")
         if docs and file_format == Format.jsonl:
             raise ValueError("--docs groups the sentences of a column file; a JSON line is already one doc")
         if file_format == Format.jsonl:
             tokenizer = (spacy.load(model) if model else spacy.blank(lang)).tokenizer
             records = converters.read_jsonl(input_path, tokenizer)
         else:
-            columns = [int(c) for c in tag_columns.split(",")]
+            columns = _column_numbers(tag_columns)
             sep = "\t" if separator in ("tab", "\\t") else separator
             records = converters.read_columns(input_path, token_column, columns, scheme.value, sep, unread_tags)
             if docs:
@@ -102,6 +104,14 @@ def convert_cli(
         shown = ", ".join(label for label, _ in labels.most_common(6)) + (", ..." if len(labels) > 6 else "")
         msg.info(f"column {column} also holds tags ({shown}) and was not read; if it is a level of entities, "
                  f"name it in --tag-columns, outer level first (e.g. --tag-columns {column},{tag_columns})")
+
+
+def _column_numbers(text: str) -> List[int]:
+    """--tag-columns as column numbers: "1,2" -> [1, 2]."""
+    try:
+        return [int(c) for c in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--tag-columns must be column numbers separated by commas (e.g. 1,2), got {text!r}") from None
 
 
 @fofe_cli.command("tune")
@@ -270,6 +280,8 @@ def stats_cli(
     """Gold span statistics, as `spacy debug data` gives for ner: spans per label and
     nesting level, crossing spans, lengths against max_length, and train/dev overlap."""
     try:
+        if max_length < 1:
+            raise ValueError(f"--max-length must be at least 1, got {max_length}")
         corpora = {"train": stats.corpus_stats(train_path, spans_key)}
         if dev_path is not None:
             corpora["dev"] = stats.corpus_stats(dev_path, spans_key)

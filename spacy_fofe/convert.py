@@ -190,6 +190,10 @@ def read_columns(
             continue
         if columns is None:
             columns = (len(cells), number)
+            read = [column % len(cells) for column in (token_column, *tag_columns)]
+            if len(set(read)) < len(read):
+                raise ValueError(f"{path}:{number}: of its {len(cells)} columns, token column {token_column} and tag "
+                                 f"columns {list(tag_columns)} read one twice; each level needs a column of its own")
         elif len(cells) != columns[0]:
             tab = "\t" in line and not separator
             hint = " (a token with a space? the line has a tab: --separator tab)" if tab else ""

@@ -116,6 +116,20 @@ def run(*args):
     return CliRunner().invoke(fofe_cli, [str(a) for a in args])
 
 
+@pytest.mark.parametrize("options,message", [
+    (["--tag-columns", "1,x"], "--tag-columns must be column numbers separated by commas (e.g. 1,2), got '1,x'"),
+    (["--tag-columns", "2,-1"], "token column 0 and tag columns [2, -1] read one twice"),
+    (["--tag-columns", "0"], "token column 0 and tag columns [0] read one twice"),
+    (["--max-length", "0"], "--max-length must be at least 1, got 0"),
+])
+def test_convert_options_that_cannot_be_read_are_errors_and_nothing_is_written(tmp_path, options, message):
+    source = tmp_path / "data.tsv"
+    source.write_text("Ann\tB-PER\tB-PER\nLee\tI-PER\tI-PER\n\n", encoding="utf8")
+    result = run("convert", source, tmp_path / "out.spacy", "--separator", "tab", *options)
+    assert result.exit_code == 1 and message in " ".join(result.output.split()), result.output
+    assert not (tmp_path / "out.spacy").exists()
+
+
 def test_jsonl_round_trip_and_cli(tmp_path):
     source = tmp_path / "data.jsonl"
     records = [{"tokens": ["Bank", "of", "Paris"], "spans": [[0, 3, "ORG"], [2, 3, "LOC"]]}, {"tokens": ["x"]}]
