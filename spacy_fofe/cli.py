@@ -50,6 +50,14 @@ def _fail(err: Exception) -> None:
     msg.fail(str(err), exits=1)
 
 
+def _setup_gpu(gpu_id: int) -> None:
+    """spaCy's setup_gpu, with a GPU that cannot be used (no CuPy, no such device) as a clear error."""
+    try:
+        setup_gpu(gpu_id)
+    except ValueError as err:
+        _fail(ValueError(f"--gpu-id {gpu_id}: {err}"))
+
+
 @fofe_cli.command("convert")
 def convert_cli(
     # fmt: off
@@ -132,7 +140,7 @@ def tune_cli(
     """Tune the decoding (per-level algorithm, thresholds, per-label thresholds) on dev and
     save the pipeline. A setting changes only when dev F1 rises."""
     import_code(code_path)
-    setup_gpu(use_gpu)
+    _setup_gpu(use_gpu)
     from .tune import tune_pipeline
 
     try:
@@ -172,7 +180,9 @@ def evaluate_cli(
     spans seen in training fare against the unseen ones, and optionally an HTML page of the
     errors per level with the worst documents' gold and predicted nested spans side by side."""
     import_code(code_path)
-    setup_gpu(use_gpu)
+    if worst < 0:
+        _fail(ValueError(f"--worst is a number of documents, at least 0; got {worst}"))
+    _setup_gpu(use_gpu)
     fix_random_seed()
     nlp = spacy.load(model)
     if component not in nlp.pipe_names:

@@ -187,6 +187,21 @@ def test_evaluate_and_tune_refuse_a_file_spacy_would_skip_and_a_docbin_without_d
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.json").exists()
 
 
+def test_a_negative_worst_and_a_gpu_that_cannot_be_used_are_clear_errors(trained, tmp_path):
+    trained.to_disk(tmp_path / "model")
+    dev = gold_file(trained, tmp_path / "dev.spacy", NESTED)
+    result = run("evaluate", tmp_path / "model", dev, "--worst", "-1", "--html", tmp_path / "e.html")
+    assert result.exit_code == 1 and "--worst is a number of documents, at least 0; got -1" in said(result)
+    assert not (tmp_path / "e.html").exists()
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        for command in (["evaluate", tmp_path / "model", dev], ["tune", tmp_path / "model", dev, tmp_path / "out"]):
+            result = run(*command, "--gpu-id", "0")
+            assert result.exit_code == 1 and "--gpu-id 0: Cannot use GPU, CuPy is not installed" in said(result)
+            assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
 def test_tune_and_ensemble_refuse_to_write_a_pipeline_over_a_file(trained, tmp_path):
     trained.to_disk(tmp_path / "model")
     dev = gold_file(trained, tmp_path / "dev.spacy", NESTED)
