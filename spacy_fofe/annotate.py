@@ -106,9 +106,12 @@ def annotate(
     `workers` single-threaded processes is started (and closed at the end).
     """
     from dask.distributed import Client, as_completed
+    from thinc.util import has_cupy_gpu
 
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
+    if gpu_id >= 0 and scheduler is None and not has_cupy_gpu:  # the local workers would each fail on it
+        raise ValueError(f"--gpu-id {gpu_id}: this machine has no GPU that CuPy can use")
     output = Path(output)
     ignored: List[Path] = []
     shards = find_shards(inputs, ignored)

@@ -132,6 +132,14 @@ def test_no_shards_clashing_names_and_output_among_the_inputs_are_errors(saved, 
         find_shards(tmp_path)
 
 
+def test_a_gpu_that_the_local_workers_cannot_use_is_an_error_before_they_start(saved, tmp_path, monkeypatch):
+    monkeypatch.setattr("thinc.util.has_cupy_gpu", False)
+    (tmp_path / "a.txt").write_text("Ann Lee visited Paris .\n")
+    with pytest.raises(ValueError, match="--gpu-id 0: this machine has no GPU that CuPy can use"):
+        annotate(saved, tmp_path / "a.txt", tmp_path / "out", workers=1, gpu_id=0, progress=False)
+    assert not (tmp_path / "out").exists()
+
+
 def test_files_of_the_inputs_that_are_not_shards_are_listed_as_not_read(tmp_path):
     for name in ["b.txt", "a.jsonl", "notes.csv", "c.spacy", "README"]:
         (tmp_path / name).write_text("")
