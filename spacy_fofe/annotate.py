@@ -70,9 +70,10 @@ def find_shards(inputs: Union[str, Path], ignored: Optional[List[Path]] = None) 
         files = [path]
     else:
         files = [Path(p) for p in glob.glob(str(inputs)) if Path(p).is_file()]
-    shards = [p for p in files if p.suffix in SHARD_SUFFIXES or p == path]
+    is_shard = [p.suffix in SHARD_SUFFIXES or p == path for p in files]
+    shards = [p for p, shard in zip(files, is_shard) if shard]
     if ignored is not None:
-        ignored.extend(sorted(p for p in files if p not in shards))
+        ignored.extend(sorted(p for p, shard in zip(files, is_shard) if not shard))
     if not shards:
         raise ValueError(f"{inputs}: no shards ({', '.join(SHARD_SUFFIXES)} files) found")
     names = Counter(p.stem for p in shards)
