@@ -460,7 +460,7 @@ def _chunk_features(encoder, docs: Sequence[Sequence[str]], contextual: bool, se
         return [numpy.zeros((0, n_columns), dtype=numpy.float32) for _ in docs]
     out = _mean_over_pieces(piece_features, first, counts)
     if sentence:
-        vectors = (_sentence_vectors(encoder, piece_features, doc_starts, doc_pieces) if contextual
+        vectors = (_sentence_vectors(encoder, piece_features, doc_pieces) if contextual
                    else _mean_rows(out, doc_lengths))
         out = numpy.concatenate([out, vectors[doc_of_token]], axis=1)
     return numpy.split(out, numpy.cumsum(doc_lengths)[:-1])
@@ -533,12 +533,10 @@ def _word_rows(encoder, words: Sequence[str]) -> numpy.ndarray:
     return rows
 
 
-def _sentence_vectors(encoder, piece_features: numpy.ndarray, starts: numpy.ndarray,
-                      lengths: numpy.ndarray) -> numpy.ndarray:
-    """Each doc's USE sentence vector from its pieces' features: the package's pooling head
-    (`NumpyBackend._encode_batch` after the CNN), for all the docs at once."""
-    return _sentence_head(encoder, numpy.add.reduceat(piece_features, starts, axis=0) @ encoder["backend"].cnn_W,
-                          lengths)
+def _sentence_vectors(encoder, piece_features: numpy.ndarray, lengths: numpy.ndarray) -> numpy.ndarray:
+    """Each doc's USE sentence vector from its pieces' features (`lengths` rows each, in turn): the
+    package's pooling head (`NumpyBackend._encode_batch` after the CNN), for all the docs at once."""
+    return _sentence_head(encoder, _sum_rows(piece_features, lengths) @ encoder["backend"].cnn_W, lengths)
 
 
 def _sentence_head(encoder, sums: numpy.ndarray, lengths: numpy.ndarray) -> numpy.ndarray:

