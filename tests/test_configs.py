@@ -39,6 +39,7 @@ PER_USE = {
     "nlp.batch_size": "a transformer's batches are bound by memory",
     "training.optimizer.use_averages": "a fine-tuned transformer is not averaged, as in spaCy's transformer configs",
     "training.optimizer.learn_rate": "a fine-tuned transformer warms up to a small rate",
+    "components.fofe_ner.consistency": "R-Drop's weight is measured on each config it is set in",
     "components.fofe_ner.learn_rate_scale": "the scorer over a fine-tuned transformer learns faster than it",
     "training.frozen_components": "conll_accurate.cfg keeps the OntoNotes ner as it was trained",
     "training.annotating_components": "and fofe_ner reads that ner's entities in training too",
