@@ -120,6 +120,20 @@ def test_ablation_variants_change_only_what_they_name(tmp_path):
     changed = ablation.variant_config(ROOT / "configs" / "germeval.cfg", "-use_features")
     assert changed["components"]["fofe_ner"]["model"]["tok2vec"] == german["*"]["tables"]
     assert ablation.variant_config(ROOT / "configs" / "conll.cfg", "-use_features") is None
+    # germeval.cfg's sentence vector and R-Drop off, nothing else; conll.cfg has neither, so both are skipped
+    full_german = load_config(ROOT / "configs" / "germeval.cfg")
+    assert full_german["components"]["fofe_ner"]["consistency"] > 0 and german["*"]["use"]["sentence"] is True
+    no_vector = ablation.variant_config(ROOT / "configs" / "germeval.cfg", "-sentence_vector")
+    use = no_vector["components"]["fofe_ner"]["model"]["tok2vec"]["*"]["use"]
+    assert use == {**german["*"]["use"], "sentence": False}
+    use["sentence"] = True
+    assert no_vector == full_german
+    no_rdrop = ablation.variant_config(ROOT / "configs" / "germeval.cfg", "-consistency")
+    assert no_rdrop["components"]["fofe_ner"].pop("consistency") == 0.0
+    assert no_rdrop == {**full_german, "components": {"fofe_ner": {
+        k: v for k, v in full_german["components"]["fofe_ner"].items() if k != "consistency"}}}
+    for name in ("-sentence_vector", "-consistency"):
+        assert ablation.variant_config(ROOT / "configs" / "conll.cfg", name) is None
     # the width the section reports: a concatenate's parts summed
     assert ablation.token_width(german) == german["*"]["tables"]["width"] + german["*"]["use"]["width"]
     assert ablation.token_width(changed["components"]["fofe_ner"]["model"]["tok2vec"]) == german["*"]["tables"]["width"]

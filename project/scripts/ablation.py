@@ -11,7 +11,8 @@ Variants: `full` (the config as it is); `-left_context`, `-right_context`, `-bag
 `-char_fofe` (one feature group off); `-lexeme_tables` (each LexemeTablesEmbed in the config
 replaced by its inner embedding); `-cluster_prefix_bits`, `-hyphen_parts`, `-compound_heads` (that
 LexemeTablesEmbed option off); `-use_features` (each USEFeatures block taken out of its concatenate;
-one left alone there takes the concatenate's place); `+learned_alphas` / `-learned_alphas`
+one left alone there takes the concatenate's place); `-sentence_vector` (USEFeatures' doc vector off,
+`sentence = false`); `-consistency` (R-Drop off); `+learned_alphas` / `-learned_alphas`
 (learn_word_alpha and learn_char_alpha on / off);
 `+char_cnn` / `-char_cnn` (the character CNN of the fragment next to the character FOFE);
 `+second_pass` / `-second_pass` (a second scorer that also reads the first pass's decisions);
@@ -44,7 +45,8 @@ OPTIONS = ("char_cnn", "second_pass", "length_bias")  # the model's on / off add
 SWITCHES = {"learned_alphas": ("learn_word_alpha", "learn_char_alpha"), **{o: (o,) for o in OPTIONS}}
 TABLE_OPTIONS = ("cluster_prefix_bits", "hyphen_parts", "compound_heads")  # LexemeTablesEmbed's additions, switched off
 VARIANTS = ("full", *(f"-{g}" for g in GROUPS), "-lexeme_tables", *(f"-{o}" for o in TABLE_OPTIONS), "-use_features",
-            *(f"{sign}{o}" for o in SWITCHES for sign in "+-"), "+documents", "+both_forms", "+pretraining")
+            "-sentence_vector", "-consistency", *(f"{sign}{o}" for o in SWITCHES for sign in "+-"), "+documents",
+            "+both_forms", "+pretraining")
 NEEDS_DOCS = ("+documents", "+both_forms")
 BENCHMARK = Path(__file__).with_name("benchmark.py")
 FINISHED = "trained.json"  # written in a variant's folder when its training has finished
@@ -65,6 +67,18 @@ def variant_config(base: Path, name: str):
     elif name == "-use_features":
         if not drop_use_features(model):
             return None
+    elif name == "-sentence_vector":
+        with_vector = [section for section in blocks(model)
+                       if section.get("@layers") == USE_FEATURES and section.get("sentence", False)]
+        if not with_vector:
+            return None
+        for section in with_vector:
+            section["sentence"] = False
+    elif name == "-consistency":
+        component = config["components"]["fofe_ner"]
+        if not component.get("consistency", 0.0):
+            return None
+        component["consistency"] = 0.0
     elif name[1:] in SWITCHES:
         on, settings = name.startswith("+"), SWITCHES[name[1:]]
         if all(model.get(setting, False) == on for setting in settings):
