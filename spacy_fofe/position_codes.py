@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy
+from spacy.attrs import ORTH, SPACY
 from spacy.tokens import Doc
 from spacy.util import registry
 from thinc.api import Model
@@ -196,26 +197,35 @@ def _char_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Codes,
 def doc_characters(docs: List[Doc], by_sentence: bool = False):
     """Code points of each doc's text, flat; the length of each character sequence (a doc's
     text, or with `by_sentence` each sentence's, from its first character to the next
-    sentence's); and each token's flat [start, end) character offsets."""
-    texts = [numpy.frombuffer(doc.text.encode("utf-32-le"), dtype=numpy.uint32) for doc in docs]
-    text_lengths = numpy.asarray([len(t) for t in texts], dtype="int64")
-    char_offsets = numpy.cumsum(text_lengths) - text_lengths
-    starts, ends, sequences = [], [], []
-    for doc, offset, text_length in zip(docs, char_offsets, text_lengths):
-        if len(doc):
-            idx = doc.to_array("IDX").astype("int64")
-            starts.append(idx + offset)
-            ends.append(idx + offset + doc.to_array("LENGTH").astype("int64"))
-            if by_sentence:
-                cuts = idx[sentence_starts(doc)[1:]]
-                sequences.append(numpy.diff(numpy.concatenate([[0], cuts, [text_length]])))
-                continue
-        sequences.append(numpy.asarray([text_length], dtype="int64"))
+    sentence's); and each token's flat [start, end) character offsets. The text is built from
+    each distinct word's code points and the tokens' trailing spaces, as `doc.text` is, without
+    a Python step per token."""
     empty = numpy.zeros((0,), dtype="int64")
-    codepoints = numpy.concatenate(texts) if texts else numpy.zeros((0,), dtype=numpy.uint32)
-    char_lengths = numpy.concatenate(sequences).astype("int64") if sequences else empty
-    return (codepoints, char_lengths,
-            numpy.concatenate(starts) if starts else empty, numpy.concatenate(ends) if ends else empty)
+    table = numpy.concatenate([doc.to_array([ORTH, SPACY]).reshape(-1, 2) for doc in docs]) if docs else None
+    if table is None or not len(table):
+        return numpy.zeros((0,), dtype=numpy.uint32), numpy.zeros((len(docs),), dtype="int64"), empty, empty
+    orths, word_of_token = numpy.unique(table[:, 0], return_inverse=True)
+    words = [docs[0].vocab.strings[orth] for orth in orths.tolist()]
+    # Each distinct word's code points followed by a space: a token with a trailing space reads one more.
+    word_lengths = numpy.fromiter(map(len, words), dtype="int64", count=len(words))
+    word_starts = numpy.cumsum(word_lengths + 1) - (word_lengths + 1)
+    spelled = numpy.frombuffer((" ".join(words) + " ").encode("utf-32-le"), dtype=numpy.uint32)
+    word_of_token = word_of_token.reshape(-1)
+    lengths = word_lengths[word_of_token]
+    widths = lengths + table[:, 1].astype("int64")
+    starts = numpy.cumsum(widths) - widths
+    codepoints = spelled[numpy.repeat(word_starts[word_of_token] - starts, widths) + numpy.arange(int(widths.sum()))]
+    # Each doc's characters: from its first token's start to the next doc's.
+    token_offsets = numpy.cumsum([0] + [len(doc) for doc in docs])
+    char_offsets = numpy.append(starts, int(widths.sum()))[token_offsets]
+    text_lengths = numpy.diff(char_offsets)
+    if not by_sentence:
+        return codepoints, text_lengths, starts, starts + lengths
+    sequences = []
+    for doc, first, offset, text_length in zip(docs, token_offsets.tolist(), char_offsets.tolist(), text_lengths):
+        cuts = starts[first + sentence_starts(doc)[1:]] - offset if len(doc) else empty
+        sequences.append(numpy.diff(numpy.concatenate([[0], cuts, [text_length]])))
+    return codepoints, numpy.concatenate(sequences).astype("int64"), starts, starts + lengths
 
 
 def sentence_starts(doc: Doc) -> numpy.ndarray:

@@ -234,3 +234,36 @@ def test_v1_weights_of_another_shape_are_a_clear_error(docs):
     saved = srsly.msgpack_dumps({"model": (DATA / "fofe_ner_v1.model").read_bytes()})
     with pytest.raises(ValueError, match="cannot read the component from bytes"):
         ner.from_bytes(saved, exclude=["vocab"])
+
+
+def naive_doc_characters(docs, by_sentence):
+    """doc_characters from doc.text and each token's idx, one token at a time."""
+    codepoints, lengths, starts, ends, offset = [], [], [], [], 0
+    for doc in docs:
+        codepoints.extend(ord(c) for c in doc.text)
+        starts.extend(offset + token.idx for token in doc)
+        ends.extend(offset + token.idx + len(token.text) for token in doc)
+        marked = by_sentence and len(doc) and doc.has_annotation("SENT_START")
+        cuts = [sent.start_char for sent in doc.sents][1:] if marked else []
+        lengths.extend(numpy.diff([0, *cuts, len(doc.text)]).tolist())
+        offset += len(doc.text)
+    return codepoints, lengths, starts, ends
+
+
+@pytest.mark.parametrize("by_sentence", [False, True])
+def test_doc_characters_match_the_texts(by_sentence):
+    from spacy_fofe.position_codes import doc_characters
+
+    vocab = spacy.blank("de").vocab
+    docs = [Doc(vocab, words=["Ein", "Bär", "in", "München", "."], spaces=[True, True, True, False, False],
+                sent_starts=[True, False, True, False, False]),
+            Doc(vocab, words=[]),
+            Doc(vocab, words=["\n", "Straße", "🙂", "  ", "Bär", "straße"],
+                spaces=[False, True, False, False, True, True]),
+            Doc(vocab, words=["x"], spaces=[False])]
+    found = doc_characters(docs, by_sentence)
+    for got, expected in zip(found, naive_doc_characters(docs, by_sentence)):
+        assert got.tolist() == list(expected)
+    assert found[0].dtype == numpy.uint32 and all(a.dtype == numpy.int64 for a in found[1:])
+    assert [a.tolist() for a in doc_characters([Doc(vocab, words=[])], by_sentence)] == [[], [0], [], []]
+    assert [a.tolist() for a in doc_characters([], by_sentence)] == [[], [], [], []]
