@@ -26,6 +26,13 @@ def x():
     return numpy.random.default_rng(0).normal(size=(int(LENGTHS.sum()), 4)).astype("float32")
 
 
+def test_segment_positions_count_from_each_sequences_ends():
+    from_start, to_end = fofe.segment_positions(LENGTHS)
+    assert from_start.tolist() == [i for n in LENGTHS for i in range(n)]
+    assert to_end.tolist() == [n - 1 - i for n in LENGTHS for i in range(n)]
+    assert [a.tolist() for a in fofe.segment_positions(numpy.asarray([0, 0]))] == [[], []]
+
+
 @pytest.mark.parametrize("alpha", [0.5, 0.7, 0.95])
 def test_prefix_fofe_matches_recurrence_per_sequence(x, alpha):
     forward = fofe.prefix_fofe(x, LENGTHS, alpha)
