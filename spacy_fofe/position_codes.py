@@ -205,7 +205,7 @@ def doc_characters(docs: List[Doc], by_sentence: bool = False):
     if table is None or not len(table):
         return numpy.zeros((0,), dtype=numpy.uint32), numpy.zeros((len(docs),), dtype="int64"), empty, empty
     orths, word_of_token = numpy.unique(table[:, 0], return_inverse=True)
-    words = [docs[0].vocab.strings[orth] for orth in orths.tolist()]
+    words = _word_texts(docs, orths)
     # Each distinct word's code points followed by a space: a token with a trailing space reads one more.
     word_lengths = numpy.fromiter(map(len, words), dtype="int64", count=len(words))
     word_starts = numpy.cumsum(word_lengths + 1) - (word_lengths + 1)
@@ -226,6 +226,14 @@ def doc_characters(docs: List[Doc], by_sentence: bool = False):
         cuts = starts[first + sentence_starts(doc)[1:]] - offset if len(doc) else empty
         sequences.append(numpy.diff(numpy.concatenate([[0], cuts, [text_length]])))
     return codepoints, numpy.concatenate(sequences).astype("int64"), starts, starts + lengths
+
+
+def _word_texts(docs: List[Doc], orths: numpy.ndarray) -> List[str]:
+    """The texts of the ORTH ids `orths`, from the string stores of the docs (a batch may mix vocabs)."""
+    stores = list({id(doc.vocab.strings): doc.vocab.strings for doc in docs}.values())
+    if len(stores) == 1:
+        return [stores[0][orth] for orth in orths.tolist()]
+    return [next(store[orth] for store in stores if orth in store) for orth in orths.tolist()]
 
 
 def sentence_starts(doc: Doc) -> numpy.ndarray:

@@ -267,3 +267,8 @@ def test_doc_characters_match_the_texts(by_sentence):
     assert found[0].dtype == numpy.uint32 and all(a.dtype == numpy.int64 for a in found[1:])
     assert [a.tolist() for a in doc_characters([Doc(vocab, words=[])], by_sentence)] == [[], [0], [], []]
     assert [a.tolist() for a in doc_characters([], by_sentence)] == [[], [], [], []]
+    # docs of two vocabs in one batch: each word's text from the vocab that has it
+    other = Doc(spacy.blank("de").vocab, words=["Nur", "hier"], spaces=[True, False])
+    mixed = docs + [other]
+    for got, expected in zip(doc_characters(mixed, by_sentence), naive_doc_characters(mixed, by_sentence)):
+        assert got.tolist() == list(expected)
