@@ -201,9 +201,10 @@ def doc_characters(docs: List[Doc], by_sentence: bool = False):
     each distinct word's code points and the tokens' trailing spaces, as `doc.text` is, without
     a Python step per token."""
     empty = numpy.zeros((0,), dtype="int64")
-    table = numpy.concatenate([doc.to_array([ORTH, SPACY]).reshape(-1, 2) for doc in docs]) if docs else None
-    if table is None or not len(table):
+    tables = [doc.to_array([ORTH, SPACY]).reshape(-1, 2) for doc in docs]
+    if not any(len(table) for table in tables):
         return numpy.zeros((0,), dtype=numpy.uint32), numpy.zeros((len(docs),), dtype="int64"), empty, empty
+    table = numpy.concatenate(tables)
     orths, word_of_token = numpy.unique(table[:, 0], return_inverse=True)
     words = _word_texts(docs, orths)
     # Each distinct word's code points followed by a space: a token with a trailing space reads one more.
@@ -213,19 +214,20 @@ def doc_characters(docs: List[Doc], by_sentence: bool = False):
     word_of_token = word_of_token.reshape(-1)
     lengths = word_lengths[word_of_token]
     widths = lengths + table[:, 1].astype("int64")
-    starts = numpy.cumsum(widths) - widths
-    codepoints = spelled[numpy.repeat(word_starts[word_of_token] - starts, widths) + numpy.arange(int(widths.sum()))]
+    starts, total = numpy.cumsum(widths) - widths, int(widths.sum())
+    ends = starts + lengths
+    codepoints = spelled[numpy.repeat(word_starts[word_of_token] - starts, widths) + numpy.arange(total)]
     # Each doc's characters: from its first token's start to the next doc's.
     token_offsets = numpy.cumsum([0] + [len(doc) for doc in docs])
-    char_offsets = numpy.append(starts, int(widths.sum()))[token_offsets]
+    char_offsets = numpy.append(starts, total)[token_offsets]
     text_lengths = numpy.diff(char_offsets)
     if not by_sentence:
-        return codepoints, text_lengths, starts, starts + lengths
+        return codepoints, text_lengths, starts, ends
     sequences = []
     for doc, first, offset, text_length in zip(docs, token_offsets.tolist(), char_offsets.tolist(), text_lengths):
         cuts = starts[first + sentence_starts(doc)[1:]] - offset if len(doc) else empty
         sequences.append(numpy.diff(numpy.concatenate([[0], cuts, [text_length]])))
-    return codepoints, numpy.concatenate(sequences).astype("int64"), starts, starts + lengths
+    return codepoints, numpy.concatenate(sequences).astype("int64"), starts, ends
 
 
 def _word_texts(docs: List[Doc], orths: numpy.ndarray) -> List[str]:
