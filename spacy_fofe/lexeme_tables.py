@@ -235,26 +235,47 @@ def part_ids(strings, words: numpy.ndarray, cache: Dict[int, Tuple[int, int]]) -
 def compound_head_of(word: str, keys: numpy.ndarray, values: numpy.ndarray) -> int:
     """The value (cluster) of the longest proper suffix of `word`, of at least COMPOUND_HEAD_CHARS
     characters, that a sorted table has, its first letter upper-cased; MISSING where none is."""
-    suffixes = [word[i].upper() + word[i + 1:] for i in range(1, len(word) - COMPOUND_HEAD_CHARS + 1)]
+    return int(compound_heads([word], keys, values)[0])
+
+
+def compound_heads(words: Sequence[str], keys: numpy.ndarray, values: numpy.ndarray) -> numpy.ndarray:
+    """compound_head_of each of `words` (int32), with one table lookup for all their suffixes: a first
+    pass over new text has thousands of words without a cluster."""
+    suffixes = [word[i].upper() + word[i + 1:] for word in words for i in range(1, len(word) - COMPOUND_HEAD_CHARS + 1)]
+    heads = numpy.full(len(words), MISSING, dtype="int32")
     if not suffixes:
-        return MISSING
-    found = lookup_values(keys, values, numpy.fromiter(map(get_string_id, suffixes), dtype="uint64"))
+        return heads
+    n_suffixes = numpy.fromiter((max(0, len(word) - COMPOUND_HEAD_CHARS) for word in words), dtype="int64",
+                                count=len(words))
+    owner = numpy.repeat(numpy.arange(len(words)), n_suffixes)
+    found = lookup_values(keys, values, numpy.fromiter(map(get_string_id, suffixes), dtype="uint64",
+                                                       count=len(suffixes)))
     hits = numpy.flatnonzero(found != MISSING)
-    return int(found[hits[0]]) if len(hits) else MISSING
+    # A word's suffixes come longest first, so its first hit is its head.
+    hit_words, first_hit = numpy.unique(owner[hits], return_index=True)
+    heads[hit_words] = found[hits[first_hit]]
+    return heads
 
 
 def compound_heads_of(strings, words: numpy.ndarray, clusters: numpy.ndarray, keys: numpy.ndarray,
                       values: numpy.ndarray, cache: dict) -> numpy.ndarray:
     """compound_head_of each word hash whose own cluster is MISSING (MISSING for the others), worked
-    out once per distinct word. The heads in `cache` hold for the table they came from: a new table
-    (the layer initialized again, or loaded in place) starts them again."""
-    if cache.get("table") is not values:
+    out once per distinct word (those not in `cache` in one `compound_heads`). The heads in `cache`
+    hold for the table they came from: a new table (the layer initialized again, or loaded in place)
+    starts them again; past PART_CACHE_WORDS words they start again too."""
+    if cache.get("table") is not values or len(cache["heads"]) > PART_CACHE_WORDS:
         cache.clear()
         cache.update(table=values, heads={})
+    known = cache["heads"]
     heads = numpy.full(len(words), MISSING, dtype="int32")
     lacking = clusters == MISSING
-    head_of = partial(compound_head_of, keys=keys, values=values)
-    heads[lacking] = per_distinct_word(strings, words[lacking], cache["heads"], head_of, MISSING, "int32")
+    distinct, inverse = numpy.unique(words[lacking], return_inverse=True)
+    distinct = distinct.tolist()
+    new = [key for key in distinct if key not in known]
+    texts = [strings[key] if key in strings else "" for key in new]  # a hash the strings lack: no head
+    known.update(zip(new, compound_heads(texts, keys, values).tolist()))
+    heads[lacking] = numpy.fromiter(map(known.__getitem__, distinct), dtype="int32",
+                                    count=len(distinct))[inverse.reshape(-1)]
     return heads
 
 

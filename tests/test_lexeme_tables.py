@@ -15,6 +15,7 @@ from spacy_fofe.lexeme_tables import (
     LexemeTablesEmbed,
     cluster_prefixes,
     compound_head_of,
+    compound_heads,
     hyphen_parts_of,
     lookup_values,
 )
@@ -133,6 +134,21 @@ def test_compound_head_is_the_longest_known_suffix_of_four_characters_or_more():
              "Paris": MISSING, "Hofer": MISSING, "Ung": MISSING, "": MISSING, "Ostparis": 7}
     for word, head in heads.items():
         assert compound_head_of(word, keys[order], values[order]) == head, word
+
+
+def test_compound_heads_of_many_words_at_once_are_each_words_own():
+    table = {"Regierung": 3, "Hofer": 40, "Gierung": 5, "Paris": 7, "Lingen": 8}
+    keys = numpy.asarray([get_string_id(word) for word in table], dtype="uint64")
+    values = numpy.asarray(list(table.values()), dtype="int32")
+    order = numpy.argsort(keys)
+    # Words with no suffix, several hits, none, and the same word twice, so that a word's first hit
+    # must not be taken from its neighbour's suffixes.
+    words = ["Ostparis", "", "Ung", "Landesregierung", "Zeitung", "Geichlingen", "Schörgenhofer", "Ostparis",
+             "Hofer", "xRegierung"]
+    expected = [compound_head_of(word, keys[order], values[order]) for word in words]
+    assert expected == [7, MISSING, MISSING, 3, MISSING, 8, 40, 7, MISSING, 3]
+    assert compound_heads(words, keys[order], values[order]).tolist() == expected
+    assert compound_heads([], keys[order], values[order]).tolist() == []
 
 
 def test_a_word_without_a_cluster_gets_its_compound_heads_and_saves_no_cache():
