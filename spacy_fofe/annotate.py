@@ -265,9 +265,9 @@ def read_shard(path: Path, nlp) -> Tuple[Iterator[Tuple[str, str]], List[dict]]:
 
     def records() -> Iterator[Tuple[str, str]]:
         if path.suffix == ".spacy":
-            from spacy.tokens import DocBin
+            from .corpus import docbin_docs
 
-            for i, doc in enumerate(DocBin().from_disk(path).get_docs(nlp.vocab)):
+            for i, doc in enumerate(docbin_docs(path, nlp.vocab)):
                 yield str(doc.user_data.get("id", f"{path.name}:{i}")), doc.text
             return
         for number, line, not_utf8 in text_lines(path):

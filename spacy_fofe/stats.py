@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Optional, Set, Tuple
 
-from spacy.tokens import DocBin
 from spacy.vocab import Vocab
 
+from .corpus import docbin_docs
 from .gold import gold_spans, on_whitespace
 from .span_geometry import bounds_of, crosses, depths
 
@@ -40,7 +40,7 @@ def corpus_stats(path: Path, spans_key: str = "sc") -> SpanStats:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
     stats = SpanStats()
-    for doc in DocBin().from_disk(path).get_docs(Vocab()):
+    for doc in docbin_docs(path, Vocab()):
         spans = list(gold_spans(doc, spans_key))
         stats.docs += 1
         stats.tokens += len(doc)

@@ -107,3 +107,50 @@ def test_sentence_starts_reach_the_predicted_docs_through_the_alignment(tmp_path
     plain_reader = registry.resolve({"r": {"@readers": "spacy_fofe.CachedCorpus.v1",
                                            "path": str(tmp_path / "docs.spacy"), **ARGS}})["r"]
     assert not any(eg.predicted.has_annotation("SENT_START") for eg in plain_reader(nlp))
+
+
+@pytest.fixture
+def count_lookups(monkeypatch):
+    """The number of times srsly's msgpack decoders are looked up in catalogue's registry."""
+    import catalogue
+
+    lookups = []
+    original = catalogue.Registry.get_all
+
+    def counted(self):
+        if self.namespace == ("srsly", "msgpack_decoders"):
+            lookups.append(1)
+        return original(self)
+
+    monkeypatch.setattr(catalogue.Registry, "get_all", counted)
+    return lookups
+
+
+def test_a_docbin_read_looks_the_decoders_up_once_and_gives_the_same_docs(tmp_path, count_lookups):
+    import srsly.msgpack
+
+    from spacy_fofe.corpus import decoders_looked_up_once, docbin_docs
+
+    nlp = spacy.blank("de")
+    docs = [nlp("Die Universität Köln liegt am Rhein .") for _ in range(20)]
+    for doc in docs:
+        doc.spans["sc"] = [Span(doc, 0, 3, "ORG"), Span(doc, 2, 3, "LOC")]
+        doc.spans["other"] = [Span(doc, 5, 6, "LOC")]
+        doc.user_data["id"] = "x"
+    DocBin(docs=docs, store_user_data=True).to_disk(tmp_path / "c.spacy")
+    plain = list(DocBin().from_disk(tmp_path / "c.spacy").get_docs(nlp.vocab))
+    per_doc = len(count_lookups)
+    assert per_doc >= len(docs)  # spaCy's own read looks them up for every doc
+    read = list(docbin_docs(tmp_path / "c.spacy", nlp.vocab))
+    assert len(count_lookups) - per_doc == 1
+    assert [doc.to_bytes() for doc in read] == [doc.to_bytes() for doc in plain]
+    assert [doc.user_data["id"] for doc in read] == ["x"] * 20
+    decoders = srsly.msgpack.msgpack_decoders
+    assert "get_all" not in vars(decoders)  # the registry answers for itself again
+    with pytest.raises(RuntimeError):
+        with decoders_looked_up_once():
+            with decoders_looked_up_once():  # an inner block leaves the outer one's lookup in place
+                pass
+            assert "get_all" in vars(decoders)
+            raise RuntimeError
+    assert "get_all" not in vars(decoders)

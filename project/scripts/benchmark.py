@@ -205,6 +205,7 @@ def measure(model: str, test: str, result: str, gpu_id: int) -> None:
     import spacy
     from spacy.training import Corpus
 
+    from spacy_fofe.corpus import decoders_looked_up_once
     from spacy_fofe.scoring import score_fofe_ner
 
     device = "cpu"
@@ -213,10 +214,12 @@ def measure(model: str, test: str, result: str, gpu_id: int) -> None:
     nlp = spacy.load(model)
     # The first pass, before anything else reads the test set into the pipeline's vocab: every word is
     # new to it, as a user's first text is (spaCy makes its lexemes, fofe_ner computes its word features).
-    texts = [eg.reference.text for eg in Corpus(test)(spacy.blank(nlp.lang))]
+    with decoders_looked_up_once():
+        texts = [eg.reference.text for eg in Corpus(test)(spacy.blank(nlp.lang))]
     first = _timed(lambda: list(nlp.pipe(texts, batch_size=1000)))
     # Scored on spaCy's own reader's examples (what `spacy evaluate` does); timed on raw texts.
-    examples = list(Corpus(test)(nlp))
+    with decoders_looked_up_once():
+        examples = list(Corpus(test)(nlp))
     words = sum(len(eg.reference) for eg in examples)
     for eg, doc in zip(examples, nlp.pipe([eg.predicted for eg in examples], batch_size=1000)):
         eg.predicted = doc
