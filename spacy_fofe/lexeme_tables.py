@@ -214,22 +214,24 @@ def hyphen_parts_of(word: str) -> Tuple[int, int]:
 
 
 def per_distinct_word(strings, words: numpy.ndarray, cache: dict, work_out: Callable, default, dtype: str):
-    """work_out(word) for each word hash (`default` for a hash the strings lack), worked out once per
-    distinct word and kept in `cache`, which starts again past PART_CACHE_WORDS words."""
+    """Each word hash's result (`default` for a hash the strings lack), worked out once per distinct word
+    and kept in `cache`, which starts again past PART_CACHE_WORDS words: `work_out(texts)` gives one
+    result per text, for all the words not in `cache` at once."""
     distinct, inverse = numpy.unique(words, return_inverse=True)
     if len(cache) > PART_CACHE_WORDS:
         cache.clear()
-    found = []
-    for key in distinct.tolist():
-        if key not in cache:
-            cache[key] = work_out(strings[key]) if key in strings else default
-        found.append(cache[key])
+    distinct = distinct.tolist()
+    new = [key for key in distinct if key not in cache]
+    known = [key for key in new if key in strings]
+    cache.update(zip(known, work_out([strings[key] for key in known])))
+    cache.update((key, default) for key in new if key not in strings)
+    found = [cache[key] for key in distinct]
     return numpy.asarray(found, dtype=dtype).reshape((len(found), *numpy.shape(default)))[inverse.reshape(-1)]
 
 
 def part_ids(strings, words: numpy.ndarray, cache: Dict[int, Tuple[int, int]]) -> numpy.ndarray:
     """(len(words), 2) uint64: hyphen_parts_of each word hash, worked out once per distinct word."""
-    return per_distinct_word(strings, words, cache, hyphen_parts_of, (0, 0), "uint64")
+    return per_distinct_word(strings, words, cache, lambda texts: list(map(hyphen_parts_of, texts)), (0, 0), "uint64")
 
 
 def compound_head_of(word: str, keys: numpy.ndarray, values: numpy.ndarray) -> int:
@@ -260,22 +262,16 @@ def compound_heads(words: Sequence[str], keys: numpy.ndarray, values: numpy.ndar
 def compound_heads_of(strings, words: numpy.ndarray, clusters: numpy.ndarray, keys: numpy.ndarray,
                       values: numpy.ndarray, cache: dict) -> numpy.ndarray:
     """compound_head_of each word hash whose own cluster is MISSING (MISSING for the others), worked
-    out once per distinct word (those not in `cache` in one `compound_heads`). The heads in `cache`
-    hold for the table they came from: a new table (the layer initialized again, or loaded in place)
-    starts them again; past PART_CACHE_WORDS words they start again too."""
-    if cache.get("table") is not values or len(cache["heads"]) > PART_CACHE_WORDS:
+    out once per distinct word (the new ones in one `compound_heads`). The heads in `cache` hold for
+    the table they came from: a new table (the layer initialized again, or loaded in place) starts
+    them again."""
+    if cache.get("table") is not values:
         cache.clear()
         cache.update(table=values, heads={})
-    known = cache["heads"]
     heads = numpy.full(len(words), MISSING, dtype="int32")
     lacking = clusters == MISSING
-    distinct, inverse = numpy.unique(words[lacking], return_inverse=True)
-    distinct = distinct.tolist()
-    new = [key for key in distinct if key not in known]
-    texts = [strings[key] if key in strings else "" for key in new]  # a hash the strings lack: no head
-    known.update(zip(new, compound_heads(texts, keys, values).tolist()))
-    heads[lacking] = numpy.fromiter(map(known.__getitem__, distinct), dtype="int32",
-                                    count=len(distinct))[inverse.reshape(-1)]
+    heads_of = partial(compound_heads, keys=keys, values=values)
+    heads[lacking] = per_distinct_word(strings, words[lacking], cache["heads"], heads_of, MISSING, "int32")
     return heads
 
 
