@@ -4,8 +4,17 @@ Tests marked `slow` (project workflows, benchmark scripts, trainings of every sh
 by default, as CI runs them; `pytest -m "not slow"` leaves them out for a quick check.
 """
 
-import pytest
-from thinc.api import get_current_ops, require_cpu, require_gpu
+import os
+
+# The README runs the tests in one pytest-xdist worker per core (`-n auto`): each worker and the
+# processes its tests start then use one BLAS / OpenMP thread (set before numpy and torch load), since
+# a second thread per worker only contends with the other workers' and makes torch's tests slower.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    for variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(variable, "1")
+
+import pytest  # noqa: E402
+from thinc.api import get_current_ops, require_cpu, require_gpu  # noqa: E402
 
 from helpers import NESTED, make_examples, small_pipeline, train
 

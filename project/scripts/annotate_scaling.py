@@ -54,12 +54,12 @@ def main() -> None:
     args = parser.parse_args()
 
     import spacy
-    from spacy.tokens import DocBin
 
     from spacy_fofe.annotate import annotate
+    from spacy_fofe.corpus import docbin_docs
 
     nlp = spacy.load(args.model)
-    source = [doc.text for doc in DocBin().from_disk(args.corpus).get_docs(nlp.vocab) if doc.text.strip()]
+    source = [doc.text for doc in docbin_docs(args.corpus, nlp.vocab) if doc.text.strip()]
     texts = [source[i % len(source)] for i in range(args.docs)]
     words = sum(len(doc) for doc in nlp.tokenizer.pipe(texts))
     rows = []

@@ -29,10 +29,10 @@ def sentences(nlp, corpus: str, n_tokens: int):
 
     Each sentence ends with a space, so the sentences joined are the one-doc text.
     """
-    from spacy.tokens import DocBin
+    from spacy_fofe.corpus import docbin_docs
 
     source = [([t.text for t in doc], [bool(t.whitespace_) for t in doc[:-1]] + [True])
-              for doc in DocBin().from_disk(corpus).get_docs(nlp.vocab) if len(doc)]
+              for doc in docbin_docs(corpus, nlp.vocab) if len(doc)]
     if not source:
         raise SystemExit(f"{corpus} holds no tokens")
     out, total = [], 0

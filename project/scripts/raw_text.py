@@ -9,7 +9,8 @@ from pathlib import Path
 
 import spacy
 import srsly
-from spacy.tokens import DocBin
+
+from spacy_fofe.corpus import docbin_docs
 
 
 def main() -> None:
@@ -19,7 +20,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.output.exists() and args.output.resolve() == args.corpus.resolve():
         parser.error(f"{args.output} is the corpus; writing it would destroy it. Name another output.")
-    docs = list(DocBin().from_disk(args.corpus).get_docs(spacy.blank("xx").vocab))
+    docs = list(docbin_docs(args.corpus, spacy.blank("xx").vocab))
     texts = [{"text": doc.text} for doc in docs if doc.text.strip()]
     args.output.parent.mkdir(parents=True, exist_ok=True)
     srsly.write_jsonl(args.output, texts)
