@@ -1,0 +1,153 @@
+"""Document memory: what the rest of a document says about each word.
+
+A name is often hard to type where it stands ("Lebed" at the start of a headline) and easy
+elsewhere in the same story ("Alexander Lebed said", "General Lebed"). `DocumentMemory`
+wraps any tok2vec and appends to each token's vector a learned projection of the mean
+context of the word's other occurrences in its doc: at each occurrence, the mean of the
+token vectors `window` tokens to its left and, apart, to its right, within its sentence,
+averaged over every other token of the doc with the same `attr` (LOWER: "Lebed", "LEBED"),
+plus log(occurrences). A word met once gets zeros, and so does every word of a one-sentence
+doc, so the memory is only worth its cost on whole documents (`spacy fofe convert --docs`).
+Cost: linear in the doc, one scatter and one gather of (tokens, 2 x width) per batch.
+"""
+
+from typing import Callable, List, Tuple
+
+import numpy
+from spacy.attrs import intify_attr
+from spacy.tokens import Doc
+from spacy.util import registry
+from thinc.api import Model
+from thinc.types import Floats2d
+
+from .position_codes import sentence_start_flags
+
+
+@registry.layers("spacy_fofe.DocumentMemory.v1")
+def DocumentMemory(
+    tok2vec: Model[List[Doc], List[Floats2d]],
+    width: int = 64,
+    window: int = 2,
+    attr: str = "LOWER",
+) -> Model[List[Doc], List[Floats2d]]:
+    """tok2vec's vectors, each followed by `width` columns of document memory (module docstring)."""
+    name = "spacy_fofe.DocumentMemory.v1"
+    if width < 1 or window < 1:
+        raise ValueError(f"{name}: width and window must be >= 1, got width {width}, window {window}")
+    attr_id = intify_attr(attr)
+    if attr_id is None:
+        raise ValueError(f"{name}: unknown token attribute {attr!r}")
+    return Model("document_memory", _forward, init=_init, layers=[tok2vec], refs={"tok2vec": tok2vec},
+                 params={"W": None, "b": None}, dims={"nO": None, "nM": width, "nI": None},
+                 attrs={"window": window, "attr": attr_id})
+
+
+def _init(model: Model, X=None, Y=None) -> None:
+    tok2vec = model.layers[0]
+    tok2vec.initialize(X=X) if X is not None else tok2vec.initialize()
+    if tok2vec.has_dim("nO") is True:
+        n_in = tok2vec.get_dim("nO")
+    elif X:
+        n_in = tok2vec.predict(X[:1])[0].shape[1]
+    else:
+        raise ValueError("spacy_fofe.DocumentMemory.v1: cannot tell the tok2vec's output width; "
+                         "give it an nO dimension or initialize with sample docs")
+    n_mem = model.get_dim("nM")
+    model.set_dim("nI", n_in)
+    model.set_dim("nO", n_in + n_mem)
+    # Small weights: the memory starts as a faint addition to the vectors it is put next to.
+    W = model.ops.asarray2f(numpy.random.normal(0.0, 0.1 / numpy.sqrt(2 * n_in + 1), (2 * n_in + 1, n_mem)))
+    model.set_param("W", W)
+    model.set_param("b", model.ops.alloc1f(n_mem))
+
+
+def _forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats2d], Callable]:
+    vectors, backprop_tok2vec = model.layers[0](docs, is_train)
+    ops = model.ops
+    lengths = [len(doc) for doc in docs]
+    if sum(lengths) == 0:
+        return [ops.alloc2f(n, model.get_dim("nO")) for n in lengths], lambda d: backprop_tok2vec(
+            [ops.alloc2f(n, model.get_dim("nI")) for n in lengths])
+    X = ops.flatten(list(vectors))
+    window = model.attrs["window"]
+    same_sentence = _same_sentence_masks(docs, window)  # [(k, mask)]: token i and i - k share a sentence
+    groups, counts = _word_groups(docs, model.attrs["attr"])
+    contexts, backprop_contexts = _window_means(ops, X, same_sentence, window)
+    memory, backprop_memory = _others_mean(ops, contexts, groups, counts)
+    log_count = ops.asarray2f(numpy.log(counts[groups]).reshape((-1, 1)))
+    features = ops.xp.hstack([memory, log_count])
+    W, b = model.get_param("W"), model.get_param("b")
+    projected = features @ W + b
+    output = ops.xp.hstack([X, projected])
+
+    def backprop(d_outputs: List[Floats2d]):
+        d_output = ops.flatten(list(d_outputs))
+        n_in = X.shape[1]
+        d_projected = d_output[:, n_in:]
+        model.inc_grad("W", features.T @ d_projected)
+        model.inc_grad("b", d_projected.sum(axis=0))
+        d_memory = d_projected @ W[:-1].T
+        d_X = d_output[:, :n_in] + backprop_contexts(backprop_memory(d_memory))
+        return backprop_tok2vec(ops.unflatten(d_X, ops.asarray1i(lengths)))
+
+    return ops.unflatten(output, ops.asarray1i(lengths)), backprop
+
+
+def _same_sentence_masks(docs: List[Doc], window: int) -> List[Tuple[int, numpy.ndarray]]:
+    """For k in 1..window, a flag per token of the batch: whether the token k before it is in
+    its sentence (and its doc)."""
+    sentence = numpy.cumsum(numpy.concatenate([sentence_start_flags(doc) for doc in docs if len(doc)]))
+    masks = []
+    for k in range(1, window + 1):
+        mask = numpy.zeros(len(sentence), dtype=bool)
+        mask[k:] = sentence[k:] == sentence[:-k]
+        masks.append((k, mask))
+    return masks
+
+
+def _word_groups(docs: List[Doc], attr: int) -> Tuple[numpy.ndarray, numpy.ndarray]:
+    """A group id per token (the same word in the same doc) and the size of each group."""
+    groups, offset = [], 0
+    for doc in docs:
+        if len(doc):
+            _, inverse = numpy.unique(doc.to_array([attr]).reshape(-1), return_inverse=True)
+            groups.append(inverse.reshape(-1) + offset)
+            offset += int(inverse.max()) + 1
+    groups = numpy.concatenate(groups)
+    return groups, numpy.bincount(groups, minlength=offset)
+
+
+def _window_means(ops, X: Floats2d, masks, window: int):
+    """Per token, [mean of the `window` vectors before it, mean of those after], within its
+    sentence (missing neighbours count as zeros), and the backprop to X."""
+    n = len(X)
+    shifts = [(k, ops.asarray2f(mask.reshape((-1, 1)).astype("float32"))) for k, mask in masks if k < n]
+    left, right = ops.alloc2f(*X.shape), ops.alloc2f(*X.shape)
+    for k, mask in shifts:
+        left[k:] += X[:-k] * mask[k:]      # mask[i]: i - k shares i's sentence
+        right[:n - k] += X[k:] * mask[k:]  # the same pairs, read from the other end
+    scale = 1.0 / window
+
+    def backprop(d_contexts: Floats2d) -> Floats2d:
+        d_left, d_right = d_contexts[:, :X.shape[1]], d_contexts[:, X.shape[1]:]
+        d_X = ops.alloc2f(*X.shape)
+        for k, mask in shifts:
+            d_X[:-k] += d_left[k:] * mask[k:]
+            d_X[k:] += d_right[:n - k] * mask[k:]
+        return d_X * scale
+
+    return ops.xp.hstack([left, right]) * scale, backprop
+
+
+def _others_mean(ops, values: Floats2d, groups: numpy.ndarray, counts: numpy.ndarray):
+    """Per token, the mean of `values` over the other tokens of its group (zeros when it has
+    none), and the backprop; the map is symmetric, so the backprop is the same map."""
+    index = ops.asarray1i(groups)
+    inverse = ops.asarray2f((1.0 / numpy.maximum(counts - 1, 1)).astype("float32")[groups].reshape((-1, 1)))
+
+    def others_mean(rows: Floats2d) -> Floats2d:
+        sums = ops.alloc2f(len(counts), rows.shape[1])
+        ops.scatter_add(sums, index, rows)
+        return (sums[index] - rows) * inverse
+
+    return others_mean(values), others_mean
