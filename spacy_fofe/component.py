@@ -155,9 +155,9 @@ class FOFENER(TrainablePipe):
 
         A doc longer than WINDOW_TOKENS is scored window by window, each with the context
         the model reads around it (`model.context_tokens`), so memory stays bounded
-        and the scores are those of the whole doc (but for a USE sentence vector: the
-        window's). Not with a listener tok2vec: the upstream component's output belongs
-        to the whole doc.
+        and the scores are those of the whole doc (but for a USE sentence vector and a
+        DocumentMemory: the window's). Not with a listener tok2vec: the upstream
+        component's output belongs to the whole doc.
         """
         self._require_initialized()
         docs = list(docs)

@@ -103,7 +103,9 @@ def test_gradients_match_finite_differences():
             assert abs(numeric - float(grad[index])) <= 2e-3 + 1e-2 * abs(numeric), (name, index)
 
 
-def test_a_pipeline_with_document_memory_overfits_and_round_trips(tmp_path):
+def test_a_pipeline_with_document_memory_overfits_round_trips_and_reads_long_docs_in_windows(tmp_path, monkeypatch):
+    from spacy_fofe import component
+
     nlp = spacy.blank("en")
     tok2vec = {"@layers": "spacy_fofe.DocumentMemory.v1", "width": 16, "tok2vec": WORD_DROPOUT_EMBED}
     overfit_with_tok2vec(nlp, tok2vec)
@@ -111,6 +113,17 @@ def test_a_pipeline_with_document_memory_overfits_and_round_trips(tmp_path):
     copy = spacy.load(tmp_path / "pipeline")
     for example in make_examples(nlp, NESTED):
         assert predicted(copy(example.text)) == predicted(nlp(example.text))
+    # A doc longer than a window: each window's memory is that of its own tokens and margins,
+    # as if that stretch were a doc of its own.
+    ner = nlp.get_pipe("fofe_ner")
+    doc = nlp.make_doc(" ".join(text for text, _ in NESTED * 30))
+    fragments, whole = ner.predict([doc])
+    monkeypatch.setattr(component, "WINDOW_TOKENS", 300)
+    _, windowed = ner.predict([doc])
+    assert numpy.abs(windowed - whole).max() > 1e-4
+    rows = fragments[:, 1] < 300
+    _, alone = ner.predict([doc[:ner._window_margin() + 300].as_doc()])
+    numpy.testing.assert_allclose(windowed[rows], alone[:rows.sum()], atol=1e-5)
 
 
 @pytest.mark.parametrize("settings", [{"width": 0}, {"window": 0}, {"attr": "COLOUR"}])
