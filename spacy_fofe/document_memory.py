@@ -6,9 +6,10 @@ wraps any tok2vec and appends to each token's vector a learned projection of the
 context of the word's other occurrences in its doc: at each occurrence, the mean of the
 token vectors `window` tokens to its left and, apart, to its right, within its sentence,
 averaged over every other token of the doc with the same `attr` (LOWER: "Lebed", "LEBED"),
-plus log(occurrences). A word met once gets zeros, and so does every word of a one-sentence
-doc, so the memory is only worth its cost on whole documents (`spacy fofe convert --docs`).
-Cost: linear in the doc, one scatter and one gather of (tokens, 2 x width) per batch.
+plus log(occurrences). A word met once in its doc gets no memory, and one-sentence docs
+have few repeated words, so the memory is worth its cost on whole documents (`spacy fofe
+convert --docs`). Cost: linear in the doc; one product of the token vectors with the
+(d, 2 x width) weights, then window and group sums of (tokens, width) arrays.
 """
 
 from typing import Callable, List, Tuple
@@ -62,6 +63,8 @@ def _init(model: Model, X=None, Y=None) -> None:
 
 
 def _forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats2d], Callable]:
+    """The memory is linear in the token vectors: W's rows for the left and right windows are
+    applied to X first, so the window sums and the group sums run on `width` columns, not 2 x d."""
     vectors, backprop_tok2vec = model.layers[0](docs, is_train)
     ops = model.ops
     lengths = [len(doc) for doc in docs]
@@ -69,25 +72,26 @@ def _forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats
         return [ops.alloc2f(n, model.get_dim("nO")) for n in lengths], lambda d: backprop_tok2vec(
             [ops.alloc2f(n, model.get_dim("nI")) for n in lengths])
     X = ops.flatten(list(vectors))
-    window = model.attrs["window"]
+    n_in, n_mem, window = X.shape[1], model.get_dim("nM"), model.attrs["window"]
+    W, b = model.get_param("W"), model.get_param("b")
+    W_sides = ops.xp.hstack([W[:n_in], W[n_in:2 * n_in]])  # (d, 2 x width): left, then right window
+    sides = X @ W_sides
     same_sentence = _same_sentence_masks(docs, window)  # [(k, mask)]: token i and i - k share a sentence
     groups, counts = _word_groups(docs, model.attrs["attr"])
-    contexts, backprop_contexts = _window_means(ops, X, same_sentence, window)
-    memory, backprop_memory = _others_mean(ops, contexts, groups, counts)
+    context, backprop_context = _window_means(ops, sides, same_sentence, window)
+    memory, backprop_memory = _others_mean(ops, context, groups, counts)
     log_count = ops.asarray2f(numpy.log(counts[groups]).reshape((-1, 1)))
-    features = ops.xp.hstack([memory, log_count])
-    W, b = model.get_param("W"), model.get_param("b")
-    projected = features @ W + b
-    output = ops.xp.hstack([X, projected])
+    output = ops.xp.hstack([X, memory + log_count * W[2 * n_in] + b])
 
     def backprop(d_outputs: List[Floats2d]):
         d_output = ops.flatten(list(d_outputs))
-        n_in = X.shape[1]
-        d_projected = d_output[:, n_in:]
-        model.inc_grad("W", features.T @ d_projected)
-        model.inc_grad("b", d_projected.sum(axis=0))
-        d_memory = d_projected @ W[:-1].T
-        d_X = d_output[:, :n_in] + backprop_contexts(backprop_memory(d_memory))
+        d_memory = ops.xp.ascontiguousarray(d_output[:, n_in:])
+        d_sides = backprop_context(backprop_memory(d_memory))
+        d_W_sides = X.T @ d_sides
+        d_W = ops.xp.vstack([d_W_sides[:, :n_mem], d_W_sides[:, n_mem:], log_count.T @ d_memory])
+        model.inc_grad("W", d_W)
+        model.inc_grad("b", d_memory.sum(axis=0))
+        d_X = d_output[:, :n_in] + d_sides @ W_sides.T
         return backprop_tok2vec(ops.unflatten(d_X, ops.asarray1i(lengths)))
 
     return ops.unflatten(output, ops.asarray1i(lengths)), backprop
@@ -117,26 +121,27 @@ def _word_groups(docs: List[Doc], attr: int) -> Tuple[numpy.ndarray, numpy.ndarr
     return groups, numpy.bincount(groups, minlength=offset)
 
 
-def _window_means(ops, X: Floats2d, masks, window: int):
-    """Per token, [mean of the `window` vectors before it, mean of those after], within its
-    sentence (missing neighbours count as zeros), and the backprop to X."""
-    n = len(X)
+def _window_means(ops, sides: Floats2d, masks, window: int):
+    """Per token, the mean of the left half of `sides`' rows over the `window` tokens before it
+    plus that of the right half over the `window` tokens after it, within its sentence (missing
+    neighbours count as zeros), and the backprop to `sides`."""
+    n, half = sides.shape[0], sides.shape[1] // 2
+    left, right = sides[:, :half], sides[:, half:]
     shifts = [(k, ops.asarray2f(mask.reshape((-1, 1)).astype("float32"))) for k, mask in masks if k < n]
-    left, right = ops.alloc2f(*X.shape), ops.alloc2f(*X.shape)
+    context = ops.alloc2f(n, half)
     for k, mask in shifts:
-        left[k:] += X[:-k] * mask[k:]      # mask[i]: i - k shares i's sentence
-        right[:n - k] += X[k:] * mask[k:]  # the same pairs, read from the other end
+        context[k:] += left[:-k] * mask[k:]        # mask[i]: i - k shares i's sentence
+        context[:n - k] += right[k:] * mask[k:]    # the same pairs, read from the other end
     scale = 1.0 / window
 
-    def backprop(d_contexts: Floats2d) -> Floats2d:
-        d_left, d_right = d_contexts[:, :X.shape[1]], d_contexts[:, X.shape[1]:]
-        d_X = ops.alloc2f(*X.shape)
+    def backprop(d_context: Floats2d) -> Floats2d:
+        d_sides = ops.alloc2f(n, 2 * half)
         for k, mask in shifts:
-            d_X[:-k] += d_left[k:] * mask[k:]
-            d_X[k:] += d_right[:n - k] * mask[k:]
-        return d_X * scale
+            d_sides[:-k, :half] += d_context[k:] * mask[k:]
+            d_sides[k:, half:] += d_context[:n - k] * mask[k:]
+        return d_sides * scale
 
-    return ops.xp.hstack([left, right]) * scale, backprop
+    return context * scale, backprop
 
 
 def _others_mean(ops, values: Floats2d, groups: numpy.ndarray, counts: numpy.ndarray):
