@@ -21,7 +21,8 @@ from spacy.util import registry
 from thinc.api import Model
 from thinc.types import Floats2d
 
-from .position_codes import sentence_start_flags
+from .fofe import shift_within
+from .position_codes import sentence_lengths
 
 
 @registry.layers("spacy_fofe.DocumentMemory.v1")
@@ -76,9 +77,9 @@ def _forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats
     W, b = model.get_param("W"), model.get_param("b")
     W_sides = ops.xp.hstack([W[:n_in], W[n_in:2 * n_in]])  # (d, 2 x width): left, then right window
     sides = X @ W_sides
-    same_sentence = _same_sentence_masks(docs, window)  # [(k, mask)]: token i and i - k share a sentence
+    sentences = numpy.concatenate([sentence_lengths(doc) for doc in docs if len(doc)])
     groups, counts = _word_groups(docs, model.attrs["attr"])
-    context, backprop_context = _window_means(ops, sides, same_sentence, window)
+    context, backprop_context = _window_means(ops, sides, sentences, window)
     memory, backprop_memory = _others_mean(ops, context, groups, counts)
     log_count = ops.asarray2f(numpy.log(counts[groups]).reshape((-1, 1)))
     output = ops.xp.hstack([X, memory + log_count * W[2 * n_in] + b])
@@ -97,18 +98,6 @@ def _forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats
     return ops.unflatten(output, ops.asarray1i(lengths)), backprop
 
 
-def _same_sentence_masks(docs: List[Doc], window: int) -> List[Tuple[int, numpy.ndarray]]:
-    """For k in 1..window, a flag per token of the batch: whether the token k before it is in
-    its sentence (and its doc)."""
-    sentence = numpy.cumsum(numpy.concatenate([sentence_start_flags(doc) for doc in docs if len(doc)]))
-    masks = []
-    for k in range(1, window + 1):
-        mask = numpy.zeros(len(sentence), dtype=bool)
-        mask[k:] = sentence[k:] == sentence[:-k]
-        masks.append((k, mask))
-    return masks
-
-
 def _word_groups(docs: List[Doc], attr: int) -> Tuple[numpy.ndarray, numpy.ndarray]:
     """A group id per token (the same word in the same doc) and the size of each group."""
     groups, offset = [], 0
@@ -121,27 +110,25 @@ def _word_groups(docs: List[Doc], attr: int) -> Tuple[numpy.ndarray, numpy.ndarr
     return groups, numpy.bincount(groups, minlength=offset)
 
 
-def _window_means(ops, sides: Floats2d, masks, window: int):
+def _window_means(ops, sides: Floats2d, sentences: numpy.ndarray, window: int):
     """Per token, the mean of the left half of `sides`' rows over the `window` tokens before it
     plus that of the right half over the `window` tokens after it, within its sentence (missing
-    neighbours count as zeros), and the backprop to `sides`."""
-    n, half = sides.shape[0], sides.shape[1] // 2
-    left, right = sides[:, :half], sides[:, half:]
-    shifts = [(k, ops.asarray2f(mask.reshape((-1, 1)).astype("float32"))) for k, mask in masks if k < n]
-    context = ops.alloc2f(n, half)
-    for k, mask in shifts:
-        context[k:] += left[:-k] * mask[k:]        # mask[i]: i - k shares i's sentence
-        context[:n - k] += right[k:] * mask[k:]    # the same pairs, read from the other end
-    scale = 1.0 / window
+    neighbours count as zeros; `sentences`: the batch's sentence lengths), and the backprop."""
+    half = sides.shape[1] // 2
+
+    def mean_of_shifts(x: Floats2d, step: int) -> Floats2d:
+        """Sum over k in 1..window of x's row t + k * step within its sentence, over window."""
+        total = ops.alloc2f(*x.shape)
+        for _ in range(window):
+            x = shift_within(x, sentences, step)
+            total += x
+        return total / window
 
     def backprop(d_context: Floats2d) -> Floats2d:
-        d_sides = ops.alloc2f(n, 2 * half)
-        for k, mask in shifts:
-            d_sides[:-k, :half] += d_context[k:] * mask[k:]
-            d_sides[k:, half:] += d_context[:n - k] * mask[k:]
-        return d_sides * scale
+        # a shift's gradient is the shift the other way
+        return ops.xp.hstack([mean_of_shifts(d_context, 1), mean_of_shifts(d_context, -1)])
 
-    return context * scale, backprop
+    return mean_of_shifts(sides[:, :half], -1) + mean_of_shifts(sides[:, half:], 1), backprop
 
 
 def _others_mean(ops, values: Floats2d, groups: numpy.ndarray, counts: numpy.ndarray):
