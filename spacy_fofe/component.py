@@ -440,6 +440,7 @@ class FOFENER(TrainablePipe):
         labels: Optional[List[str]] = None,
         teacher: Optional[Union[str, Path, List[Union[str, Path]]]] = None,
         teacher_weight: float = 0.5,
+        teacher_sentences: bool = False,
     ) -> None:
         """Set labels (given, or read from the gold spans), check the data, and build the model.
 
@@ -447,6 +448,8 @@ class FOFENER(TrainablePipe):
             towards in update, besides the gold, or a list of them (their mean): see
             spacy_fofe/distill.py. Used in training only.
         teacher_weight: the teacher's share of each fragment's target (the gold label has the rest).
+        teacher_sentences: the teacher scores each sentence of a training doc alone, as it was
+            trained (a teacher trained on one doc per sentence, a student on whole documents).
         """
         validate_get_examples(get_examples, "FOFENER.initialize")
         stats = GoldStats(self.cfg["max_length"])
@@ -467,7 +470,7 @@ class FOFENER(TrainablePipe):
             raise ValueError(f"[{self.name}] teacher_weight must be in (0, 1], got {teacher_weight}")
         if teacher is not None:
             self._teacher = Teacher(teacher, self.name, self.labels, self.vocab, teacher_weight,
-                                    max_length=self.cfg["max_length"])
+                                    max_length=self.cfg["max_length"], sentences=teacher_sentences)
         if self.cfg["nested"] is None:
             self.cfg["nested"] = stats.nested > 0
         sample = list(islice(get_examples(), 10))

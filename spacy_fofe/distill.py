@@ -13,6 +13,10 @@ sees each doc in many epochs, and a teacher (an ensemble, a transformer) costs m
 student, so scoring it again every step would make training several times slower. The tables
 take len(doc) x max_length x (labels + 1) floats per doc, up to CACHE_BYTES in all; docs beyond
 that are scored afresh each time they come.
+
+A teacher trained on one doc per sentence (a transformer's windows then never crossed a sentence)
+can teach a student that reads whole documents: with `sentences`, it scores each sentence of a
+doc as a doc of its own, and a fragment across a sentence start gets NONE.
 """
 
 from pathlib import Path
@@ -27,6 +31,7 @@ from thinc.types import Floats2d
 
 from .fragments import enumerate_fragments, flat_bounds
 from .model import ENSEMBLE
+from .position_codes import sentence_starts
 from .vectors import same_vectors
 
 CACHE_BYTES = 2 * 1024 ** 3  # the teacher's tables kept for later epochs: GermEval's training set takes 0.2 GB
@@ -47,11 +52,13 @@ class Teacher:
     max_length: the longest fragment the student asks about (its max_length); the shortest of
         the teachers' own when None.
     cache_bytes: how many bytes of tables to keep for docs seen again (the module docstring).
+    sentences: score each sentence of a doc (its sentence starts) as a doc of its own (the module
+        docstring).
     """
 
     def __init__(self, path: Union[str, Path, Sequence[Union[str, Path]]], component: str, labels: Sequence[str],
                  vocab: Vocab, weight: float = 0.5, max_length: Optional[int] = None,
-                 cache_bytes: int = CACHE_BYTES):
+                 cache_bytes: int = CACHE_BYTES, sentences: bool = False):
         paths = [path] if isinstance(path, (str, Path)) else list(path)
         if not paths:
             raise ValueError("the teacher is an empty list of pipelines: give at least one path")
@@ -60,6 +67,7 @@ class Teacher:
         self.n_columns = len(labels) + 1  # NONE, then the student's labels
         self.max_length = min(m.max_length for m in self.members) if max_length is None else max_length
         self.cache_bytes = cache_bytes
+        self.sentences = sentences
         self._tables: Dict[Tuple[str, bytes], numpy.ndarray] = {}
         self._cached_bytes = 0
 
@@ -86,10 +94,25 @@ class Teacher:
 
     def _score_whole(self, docs: List[Doc]) -> List[numpy.ndarray]:
         """Per doc, a (len(doc), max_length, columns) table: row [start, length - 1] holds the
-        probabilities of the fragment start..start + length (zeros past the doc's end)."""
+        probabilities of the fragment start..start + length (NONE past the end of the doc, or of
+        the sentence when each sentence is scored alone)."""
+        if not self.sentences:
+            return self._score_docs(docs)
+        bounds = [numpy.append(sentence_starts(doc), len(doc)) for doc in docs]
+        sentences = [doc[start:end].as_doc() for doc, cuts in zip(docs, bounds)
+                     for start, end in zip(cuts[:-1], cuts[1:])]
+        tables = self._score_docs(sentences)
+        ends = numpy.cumsum([len(cuts) - 1 for cuts in bounds])
+        empty = numpy.zeros((0, self.max_length, self.n_columns), dtype="float32")
+        return [numpy.concatenate(tables[end - len(cuts) + 1:end]) if len(cuts) > 1 else empty
+                for cuts, end in zip(bounds, ends)]
+
+    def _score_docs(self, docs: List[Doc]) -> List[numpy.ndarray]:
+        """_score_whole's tables, each doc scored as it is."""
         lengths = [len(doc) for doc in docs]
         fragments = enumerate_fragments(lengths, self.max_length)
         table = numpy.zeros((sum(lengths), self.max_length, self.n_columns), dtype="float32")
+        table[..., 0] = 1.0
         first, end = flat_bounds(fragments, lengths)
         table[first, end - first - 1] = self._score(docs, fragments)
         return numpy.split(table, numpy.cumsum(lengths)[:-1])

@@ -6,9 +6,10 @@ from pathlib import Path
 import numpy
 import pytest
 import spacy
+from spacy.tokens import Doc
 
 from spacy_fofe.distill import Teacher, soft_targets
-from spacy_fofe.fragments import enumerate_fragments
+from spacy_fofe.fragments import enumerate_fragments, fragment_rows
 
 from helpers import LISTENER_PIPELINE, NESTED, make_examples, predicted, small_pipeline, train
 
@@ -60,7 +61,12 @@ def test_a_shipped_config_takes_the_teacher_as_an_override(teacher_path):
     config = spacy.util.load_config(DEMO_CONFIG, overrides=overrides)
     nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
     nlp.initialize(lambda: make_examples(nlp, NESTED))
-    assert nlp.get_pipe("fofe_ner")._teacher is not None
+    assert nlp.get_pipe("fofe_ner")._teacher.sentences is False
+    overrides["initialize.components.fofe_ner.teacher_sentences"] = True
+    config = spacy.util.load_config(DEMO_CONFIG, overrides=overrides)
+    nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
+    nlp.initialize(lambda: make_examples(nlp, NESTED))
+    assert nlp.get_pipe("fofe_ner")._teacher.sentences is True
 
 
 def test_a_list_of_teachers_is_the_mean_of_their_probabilities(teacher_path, tmp_path):
@@ -121,6 +127,32 @@ def test_the_teacher_scores_each_doc_once_and_answers_from_its_tables(teacher_pa
     assert scored == []
     with pytest.raises(ValueError, match="fragments of 1 to 3 tokens, asked for 1 to 4"):
         teacher.probabilities(docs, enumerate_fragments([len(doc) for doc in docs], 4))
+
+
+def test_a_teacher_of_sentences_scores_each_sentence_of_a_document_alone(teacher_path, trained):
+    # The teacher's probabilities on a document of three sentences are its probabilities on each
+    # sentence as a doc; a fragment across a sentence start is NONE.
+    teacher = Teacher(teacher_path, "fofe_ner", LABELS, spacy.blank("en").vocab, max_length=3, sentences=True)
+    texts = [text for text, _ in NESTED[:3]]
+    words = [word for text in texts for word in text.split()]
+    starts = [i == 0 for text in texts for i in range(len(text.split()))]
+    document = Doc(trained.vocab, words=words, sent_starts=starts)
+    fragments = enumerate_fragments([len(document)], 3)
+    probs = teacher.probabilities([document], fragments)
+    alone = [trained.make_doc(text) for text in texts]
+    alone_fragments = enumerate_fragments([len(doc) for doc in alone], 3)
+    expected = teacher._score(alone, alone_fragments)
+    offsets = numpy.cumsum([0] + [len(doc) for doc in alone])
+    shifted = alone_fragments[:, 1:] + offsets[alone_fragments[:, 0], None]
+    inside = fragment_rows(fragments, [(0, start, end) for start, end in shifted.tolist()])
+    assert (inside >= 0).all()
+    numpy.testing.assert_allclose(probs[inside], expected, atol=1e-6)
+    across = numpy.setdiff1d(numpy.arange(len(fragments)), inside)
+    assert len(across) == 2 * (1 + 2)  # at each of the two inner starts: 1 + 2 fragments of 2 and 3 tokens
+    assert (probs[across] == numpy.eye(len(LABELS) + 1)[0]).all()
+    # Without `sentences`, the same doc is scored whole: not the sentences' probabilities.
+    whole = Teacher(teacher_path, "fofe_ner", LABELS, spacy.blank("en").vocab, max_length=3)
+    assert not numpy.allclose(whole.probabilities([document], fragments)[inside], expected, atol=1e-3)
 
 
 def test_docs_past_the_teachers_cache_are_scored_each_time(teacher_path, trained):
