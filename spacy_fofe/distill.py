@@ -109,6 +109,8 @@ class Teacher:
 
     def _score_docs(self, docs: List[Doc]) -> List[numpy.ndarray]:
         """_score_whole's tables, each doc scored as it is."""
+        if not docs:
+            return []
         lengths = [len(doc) for doc in docs]
         fragments = enumerate_fragments(lengths, self.max_length)
         table = numpy.zeros((sum(lengths), self.max_length, self.n_columns), dtype="float32")

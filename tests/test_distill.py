@@ -150,6 +150,11 @@ def test_a_teacher_of_sentences_scores_each_sentence_of_a_document_alone(teacher
     across = numpy.setdiff1d(numpy.arange(len(fragments)), inside)
     assert len(across) == 2 * (1 + 2)  # at each of the two inner starts: 1 + 2 fragments of 2 and 3 tokens
     assert (probs[across] == numpy.eye(len(LABELS) + 1)[0]).all()
+    # An empty doc beside it has no sentence and no fragment.
+    empty = Doc(trained.vocab, words=[])
+    batch = enumerate_fragments([0, len(document)], 3)
+    numpy.testing.assert_allclose(teacher.probabilities([empty, Doc(trained.vocab, words=words, sent_starts=starts)],
+                                                        batch), probs, atol=1e-6)
     # Without `sentences`, the same doc is scored whole: not the sentences' probabilities.
     whole = Teacher(teacher_path, "fofe_ner", LABELS, spacy.blank("en").vocab, max_length=3)
     assert not numpy.allclose(whole.probabilities([document], fragments)[inside], expected, atol=1e-3)
