@@ -96,28 +96,21 @@ class Teacher:
         """Per doc, a (len(doc), max_length, columns) table: row [start, length - 1] holds the
         probabilities of the fragment start..start + length (NONE past the end of the doc, or of
         the sentence when each sentence is scored alone)."""
-        if not self.sentences:
-            return self._score_docs(docs)
-        bounds = [numpy.append(sentence_starts(doc), len(doc)) for doc in docs]
-        sentences = [doc[start:end].as_doc() for doc, cuts in zip(docs, bounds)
-                     for start, end in zip(cuts[:-1], cuts[1:])]
-        tables = self._score_docs(sentences)
-        ends = numpy.cumsum([len(cuts) - 1 for cuts in bounds])
-        empty = numpy.zeros((0, self.max_length, self.n_columns), dtype="float32")
-        return [numpy.concatenate(tables[end - len(cuts) + 1:end]) if len(cuts) > 1 else empty
-                for cuts, end in zip(bounds, ends)]
-
-    def _score_docs(self, docs: List[Doc]) -> List[numpy.ndarray]:
-        """_score_whole's tables, each doc scored as it is."""
-        if not docs:
-            return []
-        lengths = [len(doc) for doc in docs]
-        fragments = enumerate_fragments(lengths, self.max_length)
+        scored = docs
+        if self.sentences:
+            scored = []
+            for doc in docs:
+                starts = sentence_starts(doc).tolist()
+                scored += [doc[start:end].as_doc() for start, end in zip(starts, starts[1:] + [len(doc)])]
+        lengths = [len(doc) for doc in scored]
         table = numpy.zeros((sum(lengths), self.max_length, self.n_columns), dtype="float32")
         table[..., 0] = 1.0
-        first, end = flat_bounds(fragments, lengths)
-        table[first, end - first - 1] = self._score(docs, fragments)
-        return numpy.split(table, numpy.cumsum(lengths)[:-1])
+        if scored:
+            fragments = enumerate_fragments(lengths, self.max_length)
+            first, end = flat_bounds(fragments, lengths)
+            table[first, end - first - 1] = self._score(scored, fragments)
+        # A doc's sentences are its tokens in order, so the rows split by doc either way.
+        return numpy.split(table, numpy.cumsum([len(doc) for doc in docs])[:-1])
 
     def _score(self, docs: List[Doc], fragments: numpy.ndarray) -> numpy.ndarray:
         """The teachers run on these fragments: a row per fragment, in the student's columns."""
