@@ -7,7 +7,7 @@ spaCy imports this module through the `spacy_cli` entry point when its CLI start
 from collections import Counter
 from enum import Enum
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import spacy
 import srsly
@@ -269,13 +269,37 @@ def ensemble_cli(
     import_code(code_path)
     from .ensemble import merge_pipelines
 
+    _join(merge_pipelines, models, component, output_path, "ensemble")
+
+
+@fofe_cli.command("average")
+def average_cli(
+    # fmt: off
+    output_path: Path = Arg(..., help="Where to save the averaged pipeline (a directory)", file_okay=False),
+    models: List[str] = Arg(..., help="Two or more branches of one start (trained with the same init_weights)"),
+    component: str = Opt("fofe_ner", "--component", help="Name of the fofe_ner component"),
+    code_path: Optional[Path] = Opt(None, "--code", "-c", help="Python file with registered functions to import"),
+    # fmt: on
+):
+    """Average the fofe_ner weights of branches: trainings started from one trained pipeline
+    ([initialize.components.fofe_ner] init_weights) with different seeds. The average runs at one
+    model's cost. The first pipeline gives the rest of the pipeline and the decoding: tune the
+    result on dev."""
+    import_code(code_path)
+    from .averaging import average_pipelines
+
+    _join(average_pipelines, models, component, output_path, "average")
+
+
+def _join(join: Callable, models: List[str], component: str, output_path: Path, what: str) -> None:
+    """Save what `join` makes of the pipelines, or fail with its reason and write nothing."""
     try:
-        nlp = merge_pipelines(models, component)
+        nlp = join(models, component)
     except (ValueError, OSError) as err:
         _fail(err)
     output_path.parent.mkdir(parents=True, exist_ok=True)
     nlp.to_disk(output_path)
-    msg.good(f"Saved the ensemble of {len(models)} pipelines to {output_path}")
+    msg.good(f"Saved the {what} of {len(models)} pipelines to {output_path}")
 
 
 @fofe_cli.command("stats")

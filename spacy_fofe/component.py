@@ -23,6 +23,7 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 from thinc.types import Floats2d
 
+from .averaging import start_from
 from .decoding import Candidate, Level, decode, levels_from
 from .distill import Teacher, soft_targets
 from .fragments import edge_flagged, enumerate_fragments, fragment_targets, sample_fragments, within_sentences
@@ -441,6 +442,7 @@ class FOFENER(TrainablePipe):
         teacher: Optional[Union[str, Path, List[Union[str, Path]]]] = None,
         teacher_weight: float = 0.5,
         teacher_sentences: bool = False,
+        init_weights: Optional[Union[str, Path]] = None,
     ) -> None:
         """Set labels (given, or read from the gold spans), check the data, and build the model.
 
@@ -450,6 +452,9 @@ class FOFENER(TrainablePipe):
         teacher_weight: the teacher's share of each fragment's target (the gold label has the rest).
         teacher_sentences: the teacher scores each sentence of a training doc alone, as it was
             trained (a teacher trained on one doc per sentence, a student on whole documents).
+        init_weights: a trained pipeline (path or package) whose fofe_ner weights training starts
+            from instead of random ones, with the same labels and architecture: a branch, for
+            `spacy fofe average` (see spacy_fofe/averaging.py).
         """
         validate_get_examples(get_examples, "FOFENER.initialize")
         stats = GoldStats(self.cfg["max_length"])
@@ -477,6 +482,7 @@ class FOFENER(TrainablePipe):
         docs = [eg.predicted for eg in sample]
         self.model.set_dim("nO", len(self.labels) + 1)
         self.model.initialize(X=(docs, enumerate_fragments([len(d) for d in docs], self.cfg["max_length"])))
+        self.cfg["start"] = None if init_weights is None else start_from(self, init_weights)
         if nlp is not None:
             self._warn_if_unweighted(nlp)
 

@@ -87,14 +87,7 @@ def merge_pipelines(paths: Sequence[Union[str, Path]], component: str = "fofe_ne
     for path, nlp in zip(paths, pipelines):
         _check_member(path, nlp, component)
     first, ners = pipelines[0], [nlp.get_pipe(component) for nlp in pipelines]
-    for path, nlp, ner in zip(paths[1:], pipelines[1:], ners[1:]):
-        for setting in SHARED_SETTINGS:
-            if ner.cfg[setting] != ners[0].cfg[setting]:
-                raise ValueError(f"{path}'s {component} has {setting} {ner.cfg[setting]!r} but {paths[0]}'s has "
-                                 f"{ners[0].cfg[setting]!r}: an ensemble's members must be trained for the same task")
-        if nlp.lang != first.lang or not same_vectors(nlp.vocab.vectors, first.vocab.vectors):
-            raise ValueError(f"{path} and {paths[0]} differ in language or word vectors; the members read the "
-                             f"first pipeline's vocab, so they must share them")
+    check_same_task(paths, pipelines, component, "an ensemble's members")
     members = {f"member{i}": nlp.config["components"][component]["model"] for i, nlp in enumerate(pipelines)}
     settings = {key: value for key, value in first.config["components"][component].items()
                 if key not in ("factory", "model")}
@@ -108,6 +101,21 @@ def merge_pipelines(paths: Sequence[Union[str, Path]], component: str = "fofe_ne
     first.config["pretraining"] = {}
     first.meta.pop("performance", None)  # the first member's dev scores, not the ensemble's
     return first
+
+
+def check_same_task(paths: Sequence, pipelines: Sequence[Language], component: str, what: str) -> None:
+    """The pipelines' components predict the same spans (SHARED_SETTINGS) and read the first
+    pipeline's vocab alike (language, word vectors); `what` names them in the error."""
+    first = pipelines[0].get_pipe(component)
+    for path, nlp in zip(paths[1:], pipelines[1:]):
+        ner = nlp.get_pipe(component)
+        for setting in SHARED_SETTINGS:
+            if ner.cfg[setting] != first.cfg[setting]:
+                raise ValueError(f"{path}'s {component} has {setting} {ner.cfg[setting]!r} but {paths[0]}'s has "
+                                 f"{first.cfg[setting]!r}: {what} must be trained for the same task")
+        if nlp.lang != pipelines[0].lang or not same_vectors(nlp.vocab.vectors, pipelines[0].vocab.vectors):
+            raise ValueError(f"{path} and {paths[0]} differ in language or word vectors; {what} read the first "
+                             "pipeline's vocab, so they must share them")
 
 
 def _check_member(path, nlp: Language, component: str) -> None:

@@ -106,16 +106,21 @@ def _is_probability(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
 
 
-class Cfg(dict):
-    """A component's cfg: its labels and Settings; every edit is checked before it is kept."""
+# What a component learns besides its Settings: its labels, and `start`, the fingerprint of the
+# trained weights its training started from (spacy_fofe/averaging.py), None for random ones.
+STATE = ("labels", "start")
 
-    def __init__(self, name: str, labels=(), **settings: Any):
-        super().__init__(labels=list(labels), **dataclasses.asdict(Settings(**settings)))
+
+class Cfg(dict):
+    """A component's cfg: its STATE and Settings; every edit is checked before it is kept."""
+
+    def __init__(self, name: str, labels=(), start: Optional[str] = None, **settings: Any):
+        super().__init__(labels=list(labels), start=start, **dataclasses.asdict(Settings(**settings)))
         self.name = name
         self._check(self)
 
     def _check(self, values: Dict[str, Any]) -> None:
-        unknown = set(values) - set(NAMES) - {"labels"}
+        unknown = set(values) - set(NAMES) - set(STATE)
         if unknown:
             raise ValueError(f"[{self.name}] unknown settings {sorted(unknown)}; the settings are {list(NAMES)}")
         Settings(**{key: values[key] for key in NAMES}).check(self.name)
