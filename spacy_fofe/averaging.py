@@ -3,9 +3,9 @@
 Branches are trainings that start from the same trained weights (`[initialize.components.fofe_ner]
 init_weights`) with different seeds, so each sees the data in another order and under other
 dropout. They stay close enough that the mean of their weights is a model too (a "model soup",
-Wortsman et al. 2022), and it makes fewer errors than each branch, as an ensemble would, while it
-runs at the cost of one model. Means of networks trained from different random weights are not
-models, so `average_pipelines` (`spacy fofe average`) only averages pipelines that share a start.
+Wortsman et al. 2022), which like an ensemble tends to make fewer errors than its branches do on
+average, while it runs at the cost of one model. Means of networks trained from different random
+weights are not models, so `average_pipelines` (`spacy fofe average`) only averages pipelines that share a start.
 """
 
 import hashlib
