@@ -80,10 +80,11 @@ def _load(path: Union[str, Path], component: str) -> Language:
 
 def _check_shapes(model, other, where: str) -> None:
     """Both models hold the same weights by name and shape, layer by layer."""
-    shapes: List = [[(name, node.get_param(name).shape) for name in node.param_names if node.has_param(name)]
-                    for node in model.walk()]
-    others: List = [[(name, node.get_param(name).shape) for name in node.param_names if node.has_param(name)]
-                    for node in other.walk()]
-    if shapes != others:
+    if _param_shapes(model) != _param_shapes(other):
         raise ValueError(f"{where}: the fofe_ner models differ in architecture (layers or widths); branches and their "
                          "average need the config of the pipeline they start from")
+
+
+def _param_shapes(model) -> List[List[tuple]]:
+    return [[(name, node.get_param(name).shape) for name in node.param_names if node.has_param(name)]
+            for node in model.walk()]
