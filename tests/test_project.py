@@ -341,6 +341,40 @@ def test_ensemble_script_with_no_ensembles_reports_the_seeds_alone(tmp_path):
     assert "ensemble" not in section.split("- command")[1].split("\n", 1)[1]  # no ensemble rows, none named
 
 
+def test_ensemble_script_branches_each_seed_and_averages_the_branches(tmp_path):
+    corpus = demo_corpus(tmp_path / "corpus")
+    results = tmp_path / "RESULTS.md"
+    script = [sys.executable, ROOT / "project" / "scripts" / "ensemble.py", corpus, tmp_path / "out",
+              "--config", ROOT / "configs" / "demo.cfg", "--seeds", "0", "--no-ensembles", "--results", results]
+    refused = subprocess.run(script + ["--branches", "3"], capture_output=True, text=True)
+    assert refused.returncode == 2 and "--branches: two or more seeds" in refused.stderr
+    branched = script + ["--branches", "3,4", "--branch-steps", "10", "--no-tuning", "--speed-rounds", "0",
+                         "--section", "Branches", "--training.max_steps", "20"]
+    subprocess.run(branched, check=True, capture_output=True)
+    out = tmp_path / "out"
+    rows = json.loads((out / "ensemble.json").read_text())
+    assert [row["model"] for row in rows] == ["seed0", "branch0-3", "branch0-4", "average0"]
+    assert not list(out.glob("*/model-tuned"))  # --no-tuning scores the models as trained
+    branch = load_config(out / "branch0-4" / "model-best" / "config.cfg")
+    assert Path(branch["initialize"]["components"]["fofe_ner"]["init_weights"]) == out / "seed0" / "model-best"
+    assert branch["training"]["max_steps"] == 10 and branch["system"]["seed"] == 4
+    ners = [spacy.load(out / name / "model-best").get_pipe("fofe_ner")
+            for name in ("branch0-3", "branch0-4", "average0")]
+    assert ners[0].cfg["start"] == ners[1].cfg["start"] == ners[2].cfg["start"] is not None
+    first, second, mean = (ner.model.get_ref("output").get_param("W") for ner in ners)
+    assert not (first == second).all() and abs(mean - (first + second) / 2).max() < 1e-6
+    section = results.read_text()
+    assert "| branch0-3 | 1 |" in section and "- average of 2 branches, mean of 1:" in section
+    assert "- 1 branch, mean of 2:" in section and "(`--no-tuning`)" in section
+    # A retrained trunk makes its branches train again and their average be made again.
+    average_made = (out / "average0" / "model-best" / "config.cfg").stat().st_mtime
+    (out / "seed0" / "trained.json").unlink()
+    subprocess.run(branched, check=True, capture_output=True)
+    assert (out / "average0" / "model-best" / "config.cfg").stat().st_mtime > average_made
+    branch_record = (out / "branch0-3" / "trained.json").stat().st_mtime
+    assert branch_record > (out / "seed0" / "trained.json").stat().st_mtime
+
+
 def test_ensemble_script_times_the_components_before_fofe_ner_alone(tmp_path):
     ensemble = load_benchmark_script("ensemble")
     args = argparse.Namespace(out=str(tmp_path / "out"))

@@ -4,7 +4,9 @@ merged (`spacy fofe ensemble`); each model tuned on dev, then scored on test and
 `[initialize.components.fofe_ner] teacher`), which run at one model's speed.
 
 With --no-ensembles, only the seeds alone (a config whose fofe_ner reads a shared transformer
-cannot be merged).
+cannot be merged). With --branches, each seed's model is also trained on from its weights with each
+branch seed (`[initialize.components.fofe_ner] init_weights`, --branch-steps steps) and those
+branches are averaged into one network (`spacy fofe average`), at one model's cost.
 
 A seed whose training finished (OUT/seedS/trained.json) with the same config and overrides, neither
 the config file nor a teacher changed since, is not trained again, so an interrupted run resumes.
@@ -48,6 +50,8 @@ def train_seed(args, seed: int, name: str = "", extra: tuple = ()) -> Path:
     if reusable(out, overrides, args.config):
         return out / "model-best"
     made_from = []
+    if name.startswith("branch"):  # branchS-B: its trunk's average is made from it
+        made_from.append(Path(args.out) / ("average" + name.removeprefix("branch").split("-")[0]))
     if name.startswith("seed"):
         made_from = [folder for folder in Path(args.out).glob("ensemble*")
                      if str(seed) in folder.name.removeprefix("ensemble").split("+")]
@@ -75,13 +79,21 @@ def reusable(out: Path, overrides: list, config: str) -> bool:
     if finished.get("config") != config or finished.get("overrides") != overrides:
         return False
     finished_at = record.stat().st_mtime
-    return not any(Path(option).exists() and Path(option).stat().st_mtime > finished_at
+    return not any(Path(option).exists() and last_written(Path(option)) > finished_at
                    for option in [config, *overrides])
 
 
+def last_written(path: Path) -> float:
+    """When a file, or the newest file in a folder (a model saved again rewrites its files in place,
+    which leaves the folder's own time as it was), was last written."""
+    return max(item.stat().st_mtime for item in [path, *(path.rglob("*") if path.is_dir() else [])])
+
+
 def tuned(args, name: str, model: Path) -> Path:
-    """The model with its decoding tuned on dev (made once)."""
+    """The model with its decoding tuned on dev (made once), or as trained with --no-tuning."""
     out = Path(args.out) / name / "model-tuned"
+    if args.no_tuning:
+        return model
     if not out.exists():
         objective = ["--objective", "strict"] if args.strict_objective else []
         starts = ["--sentence-starts"] if args.sentence_starts else []
@@ -90,10 +102,11 @@ def tuned(args, name: str, model: Path) -> Path:
     return out
 
 
-def merged(args, name: str, members: list) -> Path:
+def merged(args, name: str, members: list, command: str = "ensemble") -> Path:
+    """The members joined by `spacy fofe ensemble` (or `average`), made once."""
     out = Path(args.out) / name / "model-best"
     if not out.exists():
-        run([sys.executable, "-m", "spacy", "fofe", "ensemble", out, *members])
+        run([sys.executable, "-m", "spacy", "fofe", command, out, *members])
     return out
 
 
@@ -105,6 +118,11 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2", help="the seeds; ensembles are made of two or more")
     parser.add_argument("--no-ensembles", action="store_true", help="the seeds alone, e.g. for a config whose "
                         "fofe_ner reads a shared transformer (a listener), which `spacy fofe ensemble` cannot merge")
+    parser.add_argument("--branches", default="", help="seeds of branches of each seed's model, e.g. 10,11,12 "
+                        "(trained on from its weights, then averaged; none by default)")
+    parser.add_argument("--branch-steps", type=int, default=3000, help="training steps of each branch")
+    parser.add_argument("--no-tuning", action="store_true", help="score each model with its own decoding, for a "
+                        "training set that holds dev, where tuning on dev fits what the model has seen")
     parser.add_argument("--strict", action="store_true", help="also give GermEval's strict (level-aware) test F1")
     parser.add_argument("--strict-objective", action="store_true", help="tune for strict F1 (fofe tune --objective)")
     parser.add_argument("--distill", default="", help="seeds of single models trained with the ensemble of all "
@@ -127,8 +145,19 @@ def main() -> None:
         groups = []
     if args.distill and not groups:
         parser.error("--distill needs an ensemble of two or more --seeds as the teacher")
+    args.branch_seeds = [int(s) for s in args.branches.split(",") if s]
+    if len(args.branch_seeds) == 1 or len(set(args.branch_seeds)) < len(args.branch_seeds):
+        parser.error("--branches: two or more seeds, each once (their average is the point)")
     models = {f"seed{s}": train_seed(args, s) for s in seeds}
     sizes = {**{name: 1 for name in models}, **{ensemble_name(group): len(group) for group in groups}}
+    for seed in seeds if args.branch_seeds else []:
+        start = ["--initialize.components.fofe_ner.init_weights", str(models[f"seed{seed}"]),
+                 "--training.max_steps", str(args.branch_steps)]
+        names = [f"branch{seed}-{branch}" for branch in args.branch_seeds]
+        for name, branch in zip(names, args.branch_seeds):
+            models[name] = train_seed(args, branch, name, start)
+        models[f"average{seed}"] = merged(args, f"average{seed}", [models[name] for name in names], "average")
+        sizes.update({name: 1 for name in [*names, f"average{seed}"]})
     for group in groups:
         models[ensemble_name(group)] = merged(args, ensemble_name(group), [models[f"seed{s}"] for s in group])
     args.teacher = ensemble_name(seeds)
@@ -204,7 +233,8 @@ def report(args, rows: list, seeds: list) -> str:
         cells += [f"{speed:,}" if speed else "", f"{speed / base:.2f}x" if speed and base else ""]
         lines.append("| " + " | ".join(cells) + " |")
     means = []
-    kinds = [(1, "seed", "1 member"), (1, "distilled", f"1 member distilled from {args.teacher}")]
+    kinds = [(1, "seed", "1 member"), (1, "distilled", f"1 member distilled from {args.teacher}"),
+             (1, "branch", "1 branch"), (1, "average", f"average of {len(args.branch_seeds)} branches")]
     kinds += [(size, "ensemble", f"{size} members") for size in sorted({row["members"] for row in rows}) if size > 1]
     for size, prefix, what in kinds:
         group = [row for row in rows if row["members"] == size and row["model"].startswith(prefix)]
@@ -223,9 +253,13 @@ def report(args, rows: list, seeds: list) -> str:
             + (", `ensembleA+B`: `spacy fofe ensemble` of those seeds' model-best"
                if any(row["members"] > 1 for row in rows) else "")
             + (f"; `distilledS`: seed S trained with {args.teacher}'s model-best as its teacher (the config's "
-               "teacher_weight)" if args.distill else "") + "; every model tuned "
-            f"on dev for {objective} (`spacy fofe tune`), then dev and test span F1 under `sc` (dev is what the "
-            "tuning saw)" + (", the docs given their sentence starts (`--sentence-starts`)" if args.sentence_starts
+               "teacher_weight)" if args.distill else "")
+            + (f"; `branchS-B`: seed S's model-best trained on for {args.branch_steps:,} steps with seed B "
+               "(`init_weights`), `averageS`: `spacy fofe average` of seed S's branches" if args.branch_seeds else "")
+            + ("; every model scored with its own decoding (`--no-tuning`), dev and test span F1 under `sc`"
+               if args.no_tuning else "; every model tuned "
+               f"on dev for {objective} (`spacy fofe tune`), then dev and test span F1 under `sc` (dev is what the "
+               "tuning saw)") + (", the docs given their sentence starts (`--sentence-starts`)" if args.sentence_starts
                              else "") + "."
             + (" Words/s: `nlp.pipe` over the test texts, batch 1000, best of 3 in each of "
                f"{args.speed_rounds} alternating rounds, "
