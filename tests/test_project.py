@@ -223,7 +223,7 @@ def test_an_interrupted_training_is_trained_again_not_reused(tmp_path, monkeypat
     ensemble = load_benchmark_script("ensemble")
     monkeypatch.setattr(ensemble, "run", commands.append)
     args = argparse.Namespace(out=str(tmp_path / "ens"), config=str(tmp_path / "ens.cfg"), corpus="corpus",
-                              overrides=[])
+                              overrides=[], with_dev=False)
     Path(args.config).write_text("")
     seed = tmp_path / "ens" / "seed1"
     for made in ("seed1/model-best", "seed1/model-tuned", "ensemble0+1/model-best", "ensemble0+2/model-best",
@@ -251,13 +251,22 @@ def test_an_interrupted_training_is_trained_again_not_reused(tmp_path, monkeypat
     os.utime(teacher, (earlier, earlier))  # dated into the future above
     ensemble.train_seed(args, 1)
     assert len(commands) == 5  # config and teacher unchanged since: reused
+    (teacher / "model").write_text("")
+    later = (seed / ablation.FINISHED).stat().st_mtime + 10
+    os.utime(teacher / "model", (later, later))
+    os.utime(teacher, (earlier, earlier))  # a file saved again in place leaves its folder's time as it was
+    ensemble.train_seed(args, 1)
+    assert len(commands) == 6  # a file of the teacher written since: trained again
+    earlier = (seed / ablation.FINISHED).stat().st_mtime - 10
+    os.utime(teacher / "model", (earlier, earlier))
+    os.utime(teacher, (earlier, earlier))
     later = (seed / ablation.FINISHED).stat().st_mtime + 10
     os.utime(args.config, (later, later))
     ensemble.train_seed(args, 1)
-    assert len(commands) == 6  # the config edited since: trained again
+    assert len(commands) == 7  # the config edited since: trained again
     args.config = str(tmp_path / "other.cfg")
     ensemble.train_seed(args, 1)
-    assert len(commands) == 7  # another config: trained again
+    assert len(commands) == 8  # another config: trained again
 
 
 def test_every_project_command_names_each_dependency_and_output_as_a_path():
@@ -348,16 +357,18 @@ def test_ensemble_script_branches_each_seed_and_averages_the_branches(tmp_path):
               "--config", ROOT / "configs" / "demo.cfg", "--seeds", "0", "--no-ensembles", "--results", results]
     refused = subprocess.run(script + ["--branches", "3"], capture_output=True, text=True)
     assert refused.returncode == 2 and "--branches: two or more seeds" in refused.stderr
-    branched = script + ["--branches", "3,4", "--branch-steps", "10", "--no-tuning", "--speed-rounds", "0",
+    branched = script + ["--branches", "3,4", "--branch-steps", "10", "--with-dev", "--speed-rounds", "0",
                          "--section", "Branches", "--training.max_steps", "20"]
     subprocess.run(branched, check=True, capture_output=True)
     out = tmp_path / "out"
     rows = json.loads((out / "ensemble.json").read_text())
     assert [row["model"] for row in rows] == ["seed0", "branch0-3", "branch0-4", "average0"]
-    assert not list(out.glob("*/model-tuned"))  # --no-tuning scores the models as trained
+    assert not list(out.glob("*/model-tuned"))  # --with-dev scores the models as trained
+    assert sorted(link.name for link in (out / "train-dev").iterdir()) == ["dev.spacy", "train.spacy"]
     branch = load_config(out / "branch0-4" / "model-best" / "config.cfg")
     assert Path(branch["initialize"]["components"]["fofe_ner"]["init_weights"]) == out / "seed0" / "model-best"
     assert branch["training"]["max_steps"] == 10 and branch["system"]["seed"] == 4
+    assert Path(branch["paths"]["train"]) == out / "train-dev"
     ners = [spacy.load(out / name / "model-best").get_pipe("fofe_ner")
             for name in ("branch0-3", "branch0-4", "average0")]
     assert ners[0].cfg["start"] == ners[1].cfg["start"] == ners[2].cfg["start"] is not None
@@ -365,7 +376,11 @@ def test_ensemble_script_branches_each_seed_and_averages_the_branches(tmp_path):
     assert not (first == second).all() and abs(mean - (first + second) / 2).max() < 1e-6
     section = results.read_text()
     assert "| branch0-3 | 1 |" in section and "- average of 2 branches, mean of 1:" in section
-    assert "- 1 branch, mean of 2:" in section and "(`--no-tuning`)" in section
+    assert "- 1 branch, mean of 2:" in section and "(`--with-dev`)" in section
+    record = json.loads((out / "seed0" / "trained.json").read_text())
+    ensemble = load_benchmark_script("ensemble")  # a model trained with dev is not one trained without
+    assert ensemble.reusable(out / "seed0", record["overrides"], record["config"], with_dev=True)
+    assert not ensemble.reusable(out / "seed0", record["overrides"], record["config"], with_dev=False)
     # A retrained trunk makes its branches train again and their average be made again.
     average_made = (out / "average0" / "model-best" / "config.cfg").stat().st_mtime
     (out / "seed0" / "trained.json").unlink()

@@ -7,6 +7,7 @@ With --no-ensembles, only the seeds alone (a config whose fofe_ner reads a share
 cannot be merged). With --branches, each seed's model is also trained on from its weights with each
 branch seed (`[initialize.components.fofe_ner] init_weights`, --branch-steps steps) and those
 branches are averaged into one network (`spacy fofe average`), at one model's cost.
+With --with-dev, the models train on train and dev together and are scored as trained.
 
 A seed whose training finished (OUT/seedS/trained.json) with the same config and overrides, neither
 the config file nor a teacher changed since, is not trained again, so an interrupted run resumes.
@@ -47,7 +48,7 @@ def train_seed(args, seed: int, name: str = "", extra: tuple = ()) -> Path:
     name = name or f"seed{seed}"
     out = Path(args.out) / name
     overrides = [str(option) for option in [*args.overrides, *extra]]
-    if reusable(out, overrides, args.config):
+    if reusable(out, overrides, args.config, args.with_dev):
         return out / "model-best"
     made_from = []
     if name.startswith("branch"):  # branchS-B: its trunk's average is made from it
@@ -63,20 +64,37 @@ def train_seed(args, seed: int, name: str = "", extra: tuple = ()) -> Path:
         scores.unlink()
     corpus = Path(args.corpus)
     run([sys.executable, "-m", "spacy", "train", args.config, "--output", out, "--paths.train",
-         corpus / "train.spacy", "--paths.dev", corpus / "dev.spacy", "--system.seed", seed, *overrides])
-    (out / FINISHED).write_text(json.dumps({"seed": seed, "config": args.config, "overrides": overrides}))
+         training_data(args), "--paths.dev", corpus / "dev.spacy", "--system.seed", seed, *overrides])
+    (out / FINISHED).write_text(json.dumps({"seed": seed, "config": args.config, "overrides": overrides,
+                                            "with_dev": args.with_dev}))
     return out / "model-best"
 
 
-def reusable(out: Path, overrides: list, config: str) -> bool:
-    """Whether OUT holds a finished training of this config with these spacy train overrides, neither
-    the config file nor a path they name (a teacher, vectors) changed since: a retrained teacher makes
-    its students train again, and so does an edited config."""
+def training_data(args) -> Path:
+    """train.spacy, or with --with-dev a folder OUT/train-dev holding links to train.spacy and dev.spacy
+    (spaCy's corpus reader reads every .spacy file in a folder)."""
+    corpus = Path(args.corpus)
+    if not args.with_dev:
+        return corpus / "train.spacy"
+    folder = Path(args.out) / "train-dev"
+    folder.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "dev"):
+        link = folder / f"{split}.spacy"
+        if not link.exists():
+            link.symlink_to((corpus / f"{split}.spacy").resolve())
+    return folder
+
+
+def reusable(out: Path, overrides: list, config: str, with_dev: bool = False) -> bool:
+    """Whether OUT holds a finished training of this config with these spacy train overrides and data
+    (with_dev: train and dev), neither the config file nor a path they name (a teacher, vectors)
+    changed since: a retrained teacher makes its students train again, and so does an edited config."""
     record = out / FINISHED
     if not (record.exists() and (out / "model-best").exists()):
         return False
     finished = json.loads(record.read_text())
-    if finished.get("config") != config or finished.get("overrides") != overrides:
+    if finished.get("config") != config or finished.get("overrides") != overrides or \
+            finished.get("with_dev", False) != with_dev:
         return False
     finished_at = record.stat().st_mtime
     return not any(Path(option).exists() and last_written(Path(option)) > finished_at
@@ -90,9 +108,9 @@ def last_written(path: Path) -> float:
 
 
 def tuned(args, name: str, model: Path) -> Path:
-    """The model with its decoding tuned on dev (made once), or as trained with --no-tuning."""
+    """The model with its decoding tuned on dev (made once), or as trained with --with-dev."""
     out = Path(args.out) / name / "model-tuned"
-    if args.no_tuning:
+    if args.with_dev:
         return model
     if not out.exists():
         objective = ["--objective", "strict"] if args.strict_objective else []
@@ -121,8 +139,9 @@ def main() -> None:
     parser.add_argument("--branches", default="", help="seeds of branches of each seed's model, e.g. 10,11,12 "
                         "(trained on from its weights, then averaged; none by default)")
     parser.add_argument("--branch-steps", type=int, default=3000, help="training steps of each branch")
-    parser.add_argument("--no-tuning", action="store_true", help="score each model with its own decoding, for a "
-                        "training set that holds dev, where tuning on dev fits what the model has seen")
+    parser.add_argument("--with-dev", action="store_true", help="train on train and dev together (a final model "
+                        "once the settings are chosen) and score each model with its own decoding, since tuning on "
+                        "dev would fit text the model has seen")
     parser.add_argument("--strict", action="store_true", help="also give GermEval's strict (level-aware) test F1")
     parser.add_argument("--strict-objective", action="store_true", help="tune for strict F1 (fofe tune --objective)")
     parser.add_argument("--distill", default="", help="seeds of single models trained with the ensemble of all "
@@ -256,8 +275,8 @@ def report(args, rows: list, seeds: list) -> str:
                "teacher_weight)" if args.distill else "")
             + (f"; `branchS-B`: seed S's model-best trained on for {args.branch_steps:,} steps with seed B "
                "(`init_weights`), `averageS`: `spacy fofe average` of seed S's branches" if args.branch_seeds else "")
-            + ("; every model scored with its own decoding (`--no-tuning`), dev and test span F1 under `sc`"
-               if args.no_tuning else "; every model tuned "
+            + ("; trained on train and dev together (`--with-dev`), every model scored with its own decoding, "
+               "dev (seen in training) and test span F1 under `sc`" if args.with_dev else "; every model tuned "
                f"on dev for {objective} (`spacy fofe tune`), then dev and test span F1 under `sc` (dev is what the "
                "tuning saw)") + (", the docs given their sentence starts (`--sentence-starts`)" if args.sentence_starts
                              else "") + "."
