@@ -119,10 +119,10 @@ def test_merging_pipelines_for_another_task_or_a_single_one_is_an_error(member_p
 
 
 def test_members_must_be_fofe_models_that_agree_on_sentence_stops():
-    from test_model import table_tok2vec
-
     from spacy_fofe.ensemble import build_fofe_ensemble
     from spacy_fofe.model import build_fofe_ner_model
+
+    from test_model import table_tok2vec
 
     def member(**options):
         return build_fofe_ner_model(table_tok2vec(6, 12), hidden_width=8, char_width=4, n_char_buckets=64, **options)

@@ -3,7 +3,6 @@
 import numpy
 import pytest
 import spacy
-from test_model import randomize_output, table_tok2vec
 
 from spacy_fofe.fragments import enumerate_fragments
 from spacy_fofe.model import build_fofe_ner_model
@@ -11,6 +10,7 @@ from spacy_fofe.projection import columns
 from spacy_fofe.second_pass import token_decisions
 
 from helpers import NESTED, SMALL_MODEL, make_examples, predicted, train
+from test_model import randomize_output, table_tok2vec
 
 
 def test_token_decisions_are_the_best_probability_of_a_covering_fragment():
