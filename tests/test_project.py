@@ -407,7 +407,7 @@ def test_ensemble_script_times_the_components_before_fofe_ner_alone(tmp_path):
             {"model": "upstream", "members": 0, "components": ["sentencizer"], "words_per_second": 4000}]
     text = ensemble.report(argparse.Namespace(strict=False, speed_rounds=1, distill="", teacher="ensemble0+1",
                                               strict_objective=False, sentence_starts=False, config="c.cfg",
-                                              overrides=[]), rows, [0])
+                                              overrides=[], branch_seeds=[], with_dev=False), rows, [0])
     assert "| upstream |" not in text
     assert "- the components before fofe_ner alone (sentencizer): 4,000 words/s; seed0 runs at 0.25x of them" in text
 
@@ -724,7 +724,7 @@ def test_the_ensemble_script_tunes_scores_and_times_on_the_gpu_it_trains_on(tmp_
     for gpu, expected in ((0, ["--gpu-id", "0"]), (-1, [])):
         commands.clear()
         args = argparse.Namespace(out=str(tmp_path / str(gpu)), corpus="corpus", strict_objective=False,
-                                  sentence_starts=False, strict=False, docs_corpus=None, gpu_id=gpu)
+                                  sentence_starts=False, strict=False, docs_corpus=None, gpu_id=gpu, with_dev=False)
         ensemble.tuned(args, "seed0", Path("model-best"))
         ensemble.evaluate(args, "seed0", Path("model-tuned"))
         ablation.words_per_second(args, {"seed0": "model-tuned"}, 1)
