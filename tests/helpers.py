@@ -3,6 +3,7 @@
 Fixtures built from these live in conftest.py.
 """
 
+import numpy
 import spacy
 from spacy.tokens import Span
 from spacy.training import Example
@@ -44,6 +45,21 @@ def small_pipeline():
 
 def predicted(doc, key="sc"):
     return sorted((s.start, s.end, s.label_) for s in doc.spans[key])
+
+
+def fragment_scores(nlp, texts=None):
+    """fofe_ner's fragment scores of the texts (NESTED's by default), as predict gives them."""
+    texts = [text for text, _ in NESTED] if texts is None else texts
+    return nlp.get_pipe("fofe_ner").predict([nlp.make_doc(text) for text in texts])[1]
+
+
+def check_round_trip(nlp, path):
+    """Saved to `path` and loaded, `nlp` scores as before and finds NESTED's spans."""
+    nlp.to_disk(path)
+    loaded = spacy.load(path)
+    numpy.testing.assert_allclose(fragment_scores(loaded), fragment_scores(nlp), rtol=1e-6)
+    for text, spans in NESTED:
+        assert predicted(loaded(text)) == sorted(spans), text
 
 
 def outer_level(spans):

@@ -7,13 +7,7 @@ from test_cli import run, said
 
 from spacy_fofe.averaging import average_pipelines
 
-from helpers import NESTED, SMALL_MODEL, make_examples, predicted, small_pipeline, train
-
-TEXTS = [text for text, _ in NESTED]
-
-
-def scores_of(nlp):
-    return nlp.get_pipe("fofe_ner").predict([nlp.make_doc(text) for text in TEXTS])[1]
+from helpers import NESTED, SMALL_MODEL, check_round_trip, fragment_scores, make_examples, small_pipeline, train
 
 
 def branch(trunk, seed, steps=100, data=NESTED, model=SMALL_MODEL):
@@ -53,7 +47,7 @@ def branches(trunk, tmp_path_factory):
 
 def test_a_branch_starts_from_the_trunks_weights_and_keeps_their_fingerprint(trunk, tmp_path):
     nlp = branch(trunk, seed=1, steps=0)
-    numpy.testing.assert_array_equal(scores_of(nlp), scores_of(spacy.load(trunk)))
+    numpy.testing.assert_array_equal(fragment_scores(nlp), fragment_scores(spacy.load(trunk)))
     start = nlp.get_pipe("fofe_ner").cfg["start"]
     assert isinstance(start, str) and len(start) == 16
     assert branch(trunk, seed=2, steps=0).get_pipe("fofe_ner").cfg["start"] == start
@@ -73,13 +67,9 @@ def test_the_average_holds_the_mean_of_the_branches_weights_finds_the_spans_and_
                 mean = (first.get_param(name) + second.get_param(name)) / 2
                 numpy.testing.assert_allclose(node.get_param(name), mean, rtol=1e-6, atol=1e-7)
     assert params > 5
-    assert numpy.abs(scores_of(spacy.load(branches[0])) - scores_of(spacy.load(branches[1]))).max() > 1e-3
+    assert numpy.abs(fragment_scores(spacy.load(branches[0])) - fragment_scores(spacy.load(branches[1]))).max() > 1e-3
     assert "performance" not in averaged.meta  # a branch's dev scores are not the average's
-    averaged.to_disk(tmp_path / "average")
-    loaded = spacy.load(tmp_path / "average")
-    numpy.testing.assert_allclose(scores_of(loaded), scores_of(averaged), rtol=1e-6)
-    for text, spans in NESTED:
-        assert predicted(loaded(text)) == sorted(spans), text
+    check_round_trip(averaged, tmp_path / "average")
 
 
 def test_the_average_command_writes_a_pipeline_that_loads(branches, tmp_path):

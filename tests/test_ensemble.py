@@ -7,7 +7,16 @@ from test_cli import run
 
 from spacy_fofe.ensemble import ARCHITECTURE, merge_pipelines
 
-from helpers import NESTED, SMALL_MODEL, make_examples, predicted, small_pipeline, train
+from helpers import (
+    NESTED,
+    SMALL_MODEL,
+    check_round_trip,
+    fragment_scores,
+    make_examples,
+    predicted,
+    small_pipeline,
+    train,
+)
 
 TEXTS = [text for text, _ in NESTED]
 
@@ -30,22 +39,14 @@ def member_paths(tmp_path_factory):
     return paths
 
 
-def scores_of(nlp, texts=TEXTS):
-    return nlp.get_pipe("fofe_ner").predict([nlp.make_doc(text) for text in texts])[1]
-
-
 def test_a_merged_pipeline_averages_its_members_finds_the_spans_and_round_trips(member_paths, tmp_path):
-    alone = [scores_of(spacy.load(path)) for path in member_paths]
+    alone = [fragment_scores(spacy.load(path)) for path in member_paths]
     assert numpy.abs(alone[0] - alone[1]).max() > 1e-3, "members that score alike would make the mean vacuous"
     merged = merge_pipelines(member_paths)
-    numpy.testing.assert_allclose(scores_of(merged), (alone[0] + alone[1]) / 2, rtol=1e-5, atol=1e-6)
+    numpy.testing.assert_allclose(fragment_scores(merged), (alone[0] + alone[1]) / 2, rtol=1e-5, atol=1e-6)
     assert merged.config["components"]["fofe_ner"]["model"]["@architectures"] == ARCHITECTURE
     assert "performance" not in merged.meta  # a member's scores are not the ensemble's
-    merged.to_disk(tmp_path / "ensemble")
-    loaded = spacy.load(tmp_path / "ensemble")
-    numpy.testing.assert_allclose(scores_of(loaded), scores_of(merged), rtol=1e-6)
-    for text, spans in NESTED:
-        assert predicted(loaded(text)) == sorted(spans), text
+    check_round_trip(merged, tmp_path / "ensemble")
 
 
 def test_a_long_doc_is_scored_in_windows_reaching_as_far_as_the_widest_member(member_paths, monkeypatch):
