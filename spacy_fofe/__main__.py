@@ -1,4 +1,4 @@
-"""`python -m spacy_fofe ...`: the same commands as `python -m spacy fofe ...` (spacy_fofe/cli.py)."""
+"""`python -m spacy_fofe ...`: the same commands as `python -m spacy fofe ...` (spacy_fofe/cli/app.py)."""
 
 from typer.main import get_command
 

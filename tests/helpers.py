@@ -145,7 +145,7 @@ overlap_rate = 1.0
 disjoint_rate = 1.0
 
 [components.fofe_ner.model]
-@architectures = "spacy_fofe.FOFENER.v2"
+@architectures = "spacy_fofe.FOFENER.v3"
 hidden_width = 64
 dropout = 0.0
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from spacy_fofe.annotate import annotate, doc_record, find_shards, output_paths
+from spacy_fofe.cli.annotate import annotate, doc_record, find_shards, output_paths
 
 SLOW_COMPONENT = '''
 import time

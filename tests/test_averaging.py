@@ -5,7 +5,7 @@ import pytest
 import spacy
 from test_cli import run, said
 
-from spacy_fofe.averaging import average_pipelines
+from spacy_fofe.training.averaging import average_pipelines
 
 from helpers import NESTED, SMALL_MODEL, check_round_trip, fragment_scores, make_examples, small_pipeline, train
 

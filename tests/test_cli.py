@@ -12,8 +12,8 @@ from spacy.tokens import Doc, DocBin, Span
 from typer.testing import CliRunner
 
 from spacy_fofe.cli import fofe_cli
-from spacy_fofe.error_analysis import classify
-from spacy_fofe.span_geometry import depths
+from spacy_fofe.cli.error_analysis import classify
+from spacy_fofe.pipeline.span_geometry import depths
 
 from helpers import NESTED, SMALL_MODEL, make_examples, train
 

@@ -11,7 +11,7 @@ import spacy
 from spacy.tokens import Doc, Span
 from spacy.training import Example
 
-from spacy_fofe.error_analysis import gold_fates
+from spacy_fofe.cli.error_analysis import gold_fates
 
 from helpers import (
     LISTENER_PIPELINE,
@@ -120,7 +120,7 @@ def test_a_pickled_pipeline_predicts_the_same(trained):
 
 
 def test_long_docs_are_scored_in_windows_with_the_scores_of_the_whole_doc(trained, monkeypatch):
-    from spacy_fofe import component
+    from spacy_fofe.pipeline import component
 
     ner = trained.get_pipe("fofe_ner")
     doc = trained.make_doc(" ".join(text for text, _ in NESTED * 40))
@@ -237,7 +237,7 @@ def test_consistency_adds_the_other_pass_as_a_target_to_each_pass():
     """R-Drop on a hand-made table: pass 1 gets (p1 - truth) + w (p1 - p2), pass 2 (p2 - truth) + w (p2 - p1)."""
     from thinc.api import Model
 
-    from spacy_fofe.component import FOFENER
+    from spacy_fofe.pipeline.component import FOFENER
 
     p1, p2 = numpy.array([[0.7, 0.3]], dtype="f"), numpy.array([[0.4, 0.6]], dtype="f")
     truth = numpy.array([[1.0, 0.0]], dtype="f")
@@ -464,12 +464,12 @@ def test_trains_with_word_dropout_and_saves_the_words_it_knows(tmp_path):
 
 
 def test_learned_forgetting_factors_train_save_and_bound_the_windows(tmp_path, monkeypatch):
-    from spacy_fofe import component
-    from spacy_fofe.position_codes import forgetting_factor
+    from spacy_fofe.ml.position_codes import forgetting_factor
+    from spacy_fofe.pipeline import component
 
     spacy.util.fix_random_seed(0)
     nlp = spacy.blank("en")
-    model = {**SMALL_MODEL, "learn_word_alpha": True, "learn_char_alpha": True}
+    model = SMALL_MODEL  # FOFENER.v3 trains both forgetting factors
     ner = nlp.add_pipe("fofe_ner", config={"model": model, "overlap_rate": 1.0, "disjoint_rate": 1.0})
     train(nlp, make_examples(nlp, NESTED), steps=150)
     for text, spans in NESTED:
@@ -491,7 +491,7 @@ def test_learned_forgetting_factors_train_save_and_bound_the_windows(tmp_path, m
 
 
 def test_windows_of_a_long_doc_keep_its_sentence_starts(monkeypatch):
-    from spacy_fofe import component
+    from spacy_fofe.pipeline import component
 
     spacy.util.fix_random_seed(0)
     nlp = spacy.blank("en")

@@ -41,14 +41,14 @@ PER_USE = {
     "training.optimizer.learn_rate": "a fine-tuned transformer warms up to a small rate",
     "components.fofe_ner.consistency": "R-Drop's weight is measured on each config it is set in",
     "components.fofe_ner.learn_rate_scale": "the scorer over a fine-tuned transformer learns faster than it",
-    "training.frozen_components": "conll_accurate.cfg keeps the OntoNotes ner as it was trained",
+    "training.frozen_components": "conll_transformer.cfg keeps the OntoNotes ner as it was trained",
     "training.annotating_components": "and fofe_ner reads that ner's entities in training too",
 }
 
 
 def trained_ner(path: Path) -> Path:
     """A small pipeline whose `ner` has learnt FLAT's spans under OntoNotes-style labels, saved to
-    `path`: what conll_accurate.cfg sources from en_core_web_sm, without installing it."""
+    `path`: what conll_transformer.cfg sources from en_core_web_sm, without installing it."""
     spacy.util.fix_random_seed(0)
     nlp = spacy.blank("en")
     nlp.add_pipe("ner")
@@ -85,7 +85,7 @@ def test_shipped_configs_agree_on_every_shared_setting():
 
 
 @pytest.mark.slow
-@pytest.mark.filterwarnings("ignore:.*W113")  # the sourced ner reads no vectors (conll_accurate.cfg's comment)
+@pytest.mark.filterwarnings("ignore:.*W113")  # the sourced ner reads no vectors (conll_transformer.cfg's comment)
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
 def test_config_builds_initializes_and_overfits_a_few_docs(path, tmp_path):
     overrides = {}
@@ -133,7 +133,7 @@ def test_config_builds_initializes_and_overfits_a_few_docs(path, tmp_path):
         assert not numpy.allclose(plain, annotated)
     docs = [nlp(text) for text, _ in data]
     assert [predicted(doc, cfg["spans_key"]) for doc in docs] == [sorted(spans) for _, spans in data]
-    # doc.ents is fofe_ner's outer level, whatever an upstream ner (conll_accurate.cfg's) had set.
+    # doc.ents is fofe_ner's outer level, whatever an upstream ner (conll_transformer.cfg's) had set.
     ents = [sorted((e.start, e.end, e.label_) for e in doc.ents) for doc in docs]
     assert ents == [outer_level(sorted(s)) for _, s in data]
     # Saved and loaded as `spacy train` and `spacy.load` do, the pipeline scores and decodes the same.

@@ -11,7 +11,7 @@ from spacy.vocab import Vocab
 from typer.testing import CliRunner
 
 from spacy_fofe.cli import fofe_cli
-from spacy_fofe.convert import (
+from spacy_fofe.cli.convert import (
     DUPLICATE,
     MISALIGNED,
     REPAIRED_TAGS,

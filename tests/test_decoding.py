@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from spacy_fofe.decoding import Candidate, Level, decode, highest_first, longest_first
-from spacy_fofe.span_geometry import contains, crosses, nested_flags
+from spacy_fofe.pipeline.decoding import Candidate, Level, decode, highest_first, longest_first
+from spacy_fofe.pipeline.span_geometry import contains, crosses, nested_flags
 
 HF = Level("highest-first", 0.5)
 LF = Level("longest-first", 0.5)
@@ -66,7 +66,7 @@ def test_unknown_algorithm_is_rejected():
 
 
 def test_tuning_finds_thresholds_that_raise_f1_on_a_constructed_case():
-    from spacy_fofe.tune import span_f1, tune_decoding
+    from spacy_fofe.training.tune import span_f1, tune_decoding
 
     # Label A: true spans score 0.4 and false ones 0.3, so the default 0.5 finds nothing.
     # Label B: false spans score 0.6 and true ones 0.9, so 0.5 keeps noise.
@@ -90,7 +90,7 @@ NESTED_CFG = {"decoding": "highest-first", "threshold": 0.5, "label_thresholds":
 
 
 def test_nested_threshold_replaces_the_outer_label_thresholds_on_inner_levels():
-    from spacy_fofe.decoding import levels_from
+    from spacy_fofe.pipeline.decoding import levels_from
 
     cands = [Candidate(0, 4, "ORG", 0.9), Candidate(2, 4, "LOC", 0.6)]
     cfg = {**NESTED_CFG, "label_thresholds": {"LOC": 0.8}}
@@ -103,7 +103,7 @@ def test_nested_threshold_replaces_the_outer_label_thresholds_on_inner_levels():
 
 
 def test_strict_f1_counts_a_span_only_on_its_own_level():
-    from spacy_fofe.tune import span_f1
+    from spacy_fofe.training.tune import span_f1
 
     cands = [[Candidate(2, 4, "LOC", 0.9)]]
     # Gold LOC(2, 4) is an inner span (of an ORG the model missed); predicted at the outer level.
@@ -113,8 +113,8 @@ def test_strict_f1_counts_a_span_only_on_its_own_level():
 
 
 def test_strict_tuning_recovers_a_low_scoring_inner_level():
-    from spacy_fofe.decoding import levels_from
-    from spacy_fofe.tune import span_f1, tune_decoding
+    from spacy_fofe.pipeline.decoding import levels_from
+    from spacy_fofe.training.tune import span_f1, tune_decoding
 
     # Inner LOCs score 0.35 (true) and 0.25 (false, inside the same ORG): 0.5 drops both.
     candidates = [[Candidate(0, 4, "ORG", 0.9), Candidate(2, 4, "LOC", 0.35), Candidate(0, 1, "LOC", 0.25)]
@@ -131,8 +131,8 @@ def test_tuning_scores_spans_in_reference_tokens_like_spacy_evaluate():
     from spacy.tokens import Doc, Span
     from spacy.training import Example
 
-    from spacy_fofe.scoring import score_fofe_ner
-    from spacy_fofe.tune import reference_map, span_f1
+    from spacy_fofe.pipeline.scoring import score_fofe_ner
+    from spacy_fofe.training.tune import reference_map, span_f1
 
     nlp = spacy.blank("en")
     reference = Doc(nlp.vocab, words=["Chester-le-Street", "beat", "Ann"])
@@ -150,14 +150,14 @@ def test_tuning_scores_spans_in_reference_tokens_like_spacy_evaluate():
 
 
 def test_unknown_tuning_objective_is_rejected_before_loading(tmp_path):
-    from spacy_fofe.tune import tune_pipeline
+    from spacy_fofe.training.tune import tune_pipeline
 
     with pytest.raises(ValueError, match="Unknown tuning objective 'outer'"):
         tune_pipeline(tmp_path / "no-model", tmp_path / "dev.spacy", tmp_path / "out", objective="outer")
 
 
 def test_tuning_leaves_a_label_threshold_alone_when_the_gain_is_tiny():
-    from spacy_fofe.tune import tune_decoding
+    from spacy_fofe.training.tune import tune_decoding
 
     # 1200 docs with a sure A; one true B at 0.45; ten false A at 0.46 (so a lower global
     # threshold loses). Lowering B's threshold finds one more span: +0.04 F1 points.
@@ -319,7 +319,7 @@ def test_decoding_work_grows_linearly_with_the_candidates(monkeypatch):
     """Span comparisons (span_geometry.contains, which every pairwise test in decoding goes
     through) for 2,000 and 20,000 dense candidates: about 10x, where the old scan of every
     candidate per kept span made about 100x. Counted, not timed, so the test is exact."""
-    import spacy_fofe.decoding as decoding
+    import spacy_fofe.pipeline.decoding as decoding
 
     calls = [0]
 
@@ -351,7 +351,7 @@ def test_span_geometry():
 
 
 def test_tuning_changes_no_setting_when_nothing_raises_dev_f1():
-    from spacy_fofe.tune import tune_decoding
+    from spacy_fofe.training.tune import tune_decoding
 
     candidates = [[Candidate(0, 2, "ORG", 0.9), Candidate(1, 2, "LOC", 0.8)]]
     gold = [{(0, 2, "ORG"), (1, 2, "LOC")}]  # already perfect
@@ -363,7 +363,7 @@ def test_tuning_changes_no_setting_when_nothing_raises_dev_f1():
 def test_tuning_on_a_dev_file_without_gold_spans_is_an_error_and_writes_nothing(trained, tmp_path):
     from spacy.tokens import DocBin
 
-    from spacy_fofe.tune import tune_pipeline
+    from spacy_fofe.training.tune import tune_pipeline
 
     trained.to_disk(tmp_path / "model")
     DocBin(docs=[trained.make_doc("Ann Lee lives in Toronto .")]).to_disk(tmp_path / "dev.spacy")

@@ -1,4 +1,4 @@
-"""Distillation (spacy_fofe/distill.py): a student fofe_ner trained towards a teacher's probabilities."""
+"""Distillation (spacy_fofe/training/distill.py): a student fofe_ner trained towards a teacher's probabilities."""
 
 import shutil
 from pathlib import Path
@@ -8,8 +8,8 @@ import pytest
 import spacy
 from spacy.tokens import Doc
 
-from spacy_fofe.distill import Teacher, soft_targets
-from spacy_fofe.fragments import enumerate_fragments, fragment_rows
+from spacy_fofe.ml.fragments import enumerate_fragments, fragment_rows
+from spacy_fofe.training.distill import Teacher, soft_targets
 
 from helpers import LISTENER_PIPELINE, NESTED, make_examples, predicted, small_pipeline, train
 

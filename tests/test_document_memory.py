@@ -7,7 +7,7 @@ import spacy
 from spacy.tokens import Doc
 from spacy.util import registry
 
-from spacy_fofe.document_memory import DocumentMemory
+from spacy_fofe.features.document_memory import DocumentMemory
 
 from helpers import NESTED, WORD_DROPOUT_EMBED, make_examples, overfit_with_tok2vec, predicted
 from test_model import table_tok2vec
@@ -104,7 +104,7 @@ def test_gradients_match_finite_differences():
 
 
 def test_a_pipeline_with_document_memory_overfits_round_trips_and_reads_long_docs_in_windows(tmp_path, monkeypatch):
-    from spacy_fofe import component
+    from spacy_fofe.pipeline import component
 
     nlp = spacy.blank("en")
     tok2vec = {"@layers": "spacy_fofe.DocumentMemory.v1", "width": 16, "tok2vec": WORD_DROPOUT_EMBED}

@@ -5,7 +5,7 @@ import pytest
 import spacy
 from test_cli import run
 
-from spacy_fofe.ensemble import ARCHITECTURE, merge_pipelines
+from spacy_fofe.training.ensemble import ARCHITECTURE, merge_pipelines
 
 from helpers import (
     NESTED,
@@ -50,7 +50,7 @@ def test_a_merged_pipeline_averages_its_members_finds_the_spans_and_round_trips(
 
 
 def test_a_long_doc_is_scored_in_windows_reaching_as_far_as_the_widest_member(member_paths, monkeypatch):
-    from spacy_fofe import component
+    from spacy_fofe.pipeline import component
 
     merged = merge_pipelines(member_paths)
     ner = merged.get_pipe("fofe_ner")
@@ -64,13 +64,13 @@ def test_a_long_doc_is_scored_in_windows_reaching_as_far_as_the_widest_member(me
 
 
 def ensemble_pipeline():
-    """A blank pipeline whose fofe_ner is an untrained ensemble of two small members, one with a second pass."""
+    """A blank pipeline whose fofe_ner is an untrained ensemble of two small members of other widths."""
     spacy.util.fix_random_seed(0)
     nlp = spacy.blank("en")
-    member = {"@architectures": "spacy_fofe.FOFENER.v2", **SMALL_MODEL,
+    member = {"@architectures": "spacy_fofe.FOFENER.v3", **SMALL_MODEL,
               "tok2vec": {"@architectures": "spacy.MultiHashEmbed.v2", "width": 32, "rows": [500, 200, 200, 200],
                           "attrs": ["NORM", "PREFIX", "SUFFIX", "SHAPE"], "include_static_vectors": False}}
-    model = {"@architectures": ARCHITECTURE, "*": {"a": member, "b": {**member, "second_pass": True}}}
+    model = {"@architectures": ARCHITECTURE, "*": {"a": member, "b": {**member, "hidden_width": 32}}}
     nlp.add_pipe("fofe_ner", config={"model": model, "overlap_rate": 1.0, "disjoint_rate": 1.0})
     return nlp
 
@@ -120,8 +120,8 @@ def test_merging_pipelines_for_another_task_or_a_single_one_is_an_error(member_p
 
 
 def test_members_must_be_fofe_models_that_agree_on_sentence_stops():
-    from spacy_fofe.ensemble import build_fofe_ensemble
-    from spacy_fofe.model import build_fofe_ner_model
+    from spacy_fofe.ml.model import build_fofe_ner_model
+    from spacy_fofe.training.ensemble import build_fofe_ensemble
 
     from test_model import table_tok2vec
 

@@ -6,8 +6,7 @@ from spacy.tokens import Doc, Span, SpanGroup
 from spacy.training import Example
 from spacy.vocab import Vocab
 
-from spacy_fofe.decoding import Level
-from spacy_fofe.error_analysis import (
+from spacy_fofe.cli.error_analysis import (
     FATES,
     gold_fates,
     seen_counts,
@@ -16,7 +15,8 @@ from spacy_fofe.error_analysis import (
     seen_rows,
     training_mentions,
 )
-from spacy_fofe.fragments import enumerate_fragments
+from spacy_fofe.ml.fragments import enumerate_fragments
+from spacy_fofe.pipeline.decoding import Level
 
 NONE, LOC, ORG = 0, 1, 2
 

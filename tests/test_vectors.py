@@ -7,7 +7,7 @@ import spacy
 from spacy.vectors import Vectors
 from thinc.api import Adam
 
-from spacy_fofe.vectors import TunedVectors, WordVectors
+from spacy_fofe.features.vectors import TunedVectors, WordVectors
 
 
 @pytest.fixture

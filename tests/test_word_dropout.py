@@ -6,7 +6,7 @@ import pytest
 import spacy
 from spacy.util import registry
 
-from spacy_fofe.word_dropout import UNKNOWN_ID, WordDropoutHashEmbed, word_dropout_layer
+from spacy_fofe.features.word_dropout import UNKNOWN_ID, WordDropoutHashEmbed, word_dropout_layer
 
 ATTRS = ["NORM", "PREFIX", "SUFFIX", "LOWER", "SHAPE"]
 

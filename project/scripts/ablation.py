@@ -14,13 +14,12 @@ LexemeTablesEmbed option off); `-use_features` (each USEFeatures block taken out
 one left alone there takes the concatenate's place); `-sentence_vector` (USEFeatures' doc vector off,
 `sentence = false`); `-consistency` (R-Drop off); `+learned_alphas` / `-learned_alphas`
 (learn_word_alpha and learn_char_alpha on / off);
-`+char_cnn` / `-char_cnn` (the character CNN of the fragment next to the character FOFE);
-`+second_pass` / `-second_pass` (a second scorer that also reads the first pass's decisions);
 `+length_bias` / `-length_bias` (a first-layer row per fragment length); a `+` or `-` variant that
 the base already is, or an option the base lacks, is skipped;
 `+documents` (trained on --docs-corpus, a doc per document, `fofe convert --docs`); `+both_forms`
-(trained on the sentence docs and the documents together); `+pretraining` (`spacy pretrain` on
---raw-text first, then --paths.init_tok2vec). With --docs-corpus every variant is also tested on
+(trained on the sentence docs and the documents together). A feature group or model setting is
+switched on FOFENER.v2, which has these switches (a FOFENER.v3 base is written as v2 first).
+With --docs-corpus every variant is also tested on
 the documents, as a user's whole documents reach it; with --strict (nested data) the table also
 gives GermEval's strict level-aware test F1. Each variant's words/s (`nlp.pipe` over the test
 texts, batch 1000, best of 3, as scripts/benchmark.py measures) is taken in --speed-rounds
@@ -40,13 +39,13 @@ from results import RESULTS, write_section
 from spacy.util import load_config
 
 GROUPS = ("left_context", "right_context", "bag_of_words", "char_fofe")
-OPTIONS = ("char_cnn", "second_pass", "length_bias")  # the model's on / off additions
+OPTIONS = ("length_bias",)  # the model's on / off additions
 # Each +x / -x variant and the model settings it switches on / off together.
 SWITCHES = {"learned_alphas": ("learn_word_alpha", "learn_char_alpha"), **{o: (o,) for o in OPTIONS}}
 TABLE_OPTIONS = ("cluster_prefix_bits", "hyphen_parts", "compound_heads")  # LexemeTablesEmbed's additions, switched off
 VARIANTS = ("full", *(f"-{g}" for g in GROUPS), "-lexeme_tables", *(f"-{o}" for o in TABLE_OPTIONS), "-use_features",
             "-sentence_vector", "-consistency", *(f"{sign}{o}" for o in SWITCHES for sign in "+-"), "+documents",
-            "+both_forms", "+pretraining")
+            "+both_forms")
 NEEDS_DOCS = ("+documents", "+both_forms")
 BENCHMARK = Path(__file__).with_name("benchmark.py")
 FINISHED = "trained.json"  # written in a variant's folder when its training has finished
@@ -56,6 +55,8 @@ def variant_config(base: Path, name: str):
     """The base config changed as the variant says (None when the variant does not apply)."""
     config = load_config(base)
     model = config["components"]["fofe_ner"]["model"]
+    if name[1:] in GROUPS or name[1:] in SWITCHES:
+        as_v2(model)
     if name.startswith("-") and name[1:] in GROUPS:
         model[name[1:]] = False
     elif name == "-lexeme_tables":
@@ -149,9 +150,16 @@ def training_paths(args, name: str, out: Path):
     return corpus / "train.spacy", corpus / "dev.spacy"
 
 
+def as_v2(model: dict) -> None:
+    """FOFENER.v3's settings as FOFENER.v2 writes them, so a switch can be set."""
+    if model.get("@architectures") == "spacy_fofe.FOFENER.v3":
+        model.update({"@architectures": "spacy_fofe.FOFENER.v2", "learn_word_alpha": True, "learn_char_alpha": True,
+                      "length_bias": True})
+
+
 def train_variant(args, name: str) -> Path:
-    """Train a variant, or reuse a finished one: FINISHED is written only when its training (and
-    pretraining) ended, so the model-best of an interrupted run is trained again, not reused."""
+    """Train a variant, or reuse a finished one: FINISHED is written only when its training
+    ended, so the model-best of an interrupted run is trained again, not reused."""
     out = Path(args.out) / name
     if (out / FINISHED).exists() and (out / "model-best").exists():
         return out / "model-best"
@@ -166,10 +174,6 @@ def train_variant(args, name: str) -> Path:
     command = [sys.executable, "-m", "spacy", "train", out / "config.cfg", "--output", out,
                "--paths.train", train, "--paths.dev", dev,
                "--training.max_steps", args.max_steps, "--system.seed", args.seed]
-    if name == "+pretraining":
-        run([sys.executable, "-m", "spacy", "pretrain", out / "config.cfg", out / "pretrain",
-             "--paths.raw_text", args.raw_text, "--pretraining.max_epochs", args.pretrain_epochs])
-        command += ["--paths.init_tok2vec", out / "pretrain" / f"model{args.pretrain_epochs - 1}.bin"]
     run(command)
     (out / FINISHED).write_text(json.dumps({"max_steps": args.max_steps, "seed": args.seed}))
     return out / "model-best"
@@ -218,8 +222,6 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=3000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--docs-corpus", default=None, help="the corpus as a doc per document (+documents)")
-    parser.add_argument("--raw-text", default=None, help="JSON lines of raw text (+pretraining)")
-    parser.add_argument("--pretrain-epochs", type=int, default=10)
     parser.add_argument("--strict", action="store_true", help="also give GermEval's strict (level-aware) test F1")
     parser.add_argument("--speed-rounds", type=int, default=2, help="rounds of words/s measurement (0: none)")
     parser.add_argument("--results", default=str(RESULTS), help="the results file whose section this rewrites")
@@ -231,8 +233,6 @@ def main() -> None:
     for name in names:
         if name in NEEDS_DOCS and not args.docs_corpus:
             parser.error(f"{name} needs --docs-corpus")
-        if name == "+pretraining" and not args.raw_text:
-            parser.error("+pretraining needs --raw-text")
     rows, models = [], {}
     for name in names:
         if variant_config(Path(args.config), name) is None:

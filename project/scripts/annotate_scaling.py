@@ -55,8 +55,8 @@ def main() -> None:
 
     import spacy
 
-    from spacy_fofe.annotate import annotate
-    from spacy_fofe.corpus import docbin_docs
+    from spacy_fofe.cli.annotate import annotate
+    from spacy_fofe.training.corpus import docbin_docs
 
     nlp = spacy.load(args.model)
     source = [doc.text for doc in docbin_docs(args.corpus, nlp.vocab) if doc.text.strip()]

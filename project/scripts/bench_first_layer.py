@@ -1,9 +1,9 @@
 """Time the two ways of computing the FOFE first layer (docs/architecture.md, section 4), forward + backward.
 
 "positions": project each prefix-code array once (N rows), then sum projected rows on the
-fragment grid (spacy_fofe.projection.FragmentProjection, the layer itself). "fragments": build every fragment's feature
-vector on the grid, gather the scored ones, and multiply by W (then the same ReLU). Word features only (the
-character features cost the same in both). Prints seconds per batch and the ratio.
+fragment grid (spacy_fofe.ml.projection.FragmentProjection, the layer itself). "fragments": build every
+fragment's feature vector on the grid, gather the scored ones, and multiply by W (then the same ReLU).
+Word features only (the character features cost the same in both). Prints seconds per batch and the ratio.
 
     python project/scripts/bench_first_layer.py [--tokens 1000] [--width 128] [--n 7]
 """
@@ -14,9 +14,9 @@ import time
 import numpy
 from thinc.api import NumpyOps
 
-from spacy_fofe import fofe
-from spacy_fofe.position_codes import Codes
-from spacy_fofe.projection import FragmentProjection
+from spacy_fofe.ml import fofe
+from spacy_fofe.ml.position_codes import Codes
+from spacy_fofe.ml.projection import FragmentProjection
 
 ops = NumpyOps()
 DOC = 14  # tokens per doc

@@ -35,7 +35,7 @@ from spacy.util import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 # One thread for every system, in training and measurement alike: spaCy's blis runs on one,
-# while numpy's BLAS (fofe_ner's matrix products, spacy_fofe/dense.py) would take every core.
+# while numpy's BLAS (fofe_ner's matrix products, spacy_fofe/ml/ops.py) would take every core.
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 # The embedding spaCy's peers get when fofe_ner's config has no hash embedding to copy (the
 # vectors configs): spaCy's MultiHashEmbed with our attributes and sizes. Width 256 made spancat
@@ -155,7 +155,7 @@ def run_measured(command):
 
 def for_training(config, max_steps: int):
     """The same steps and corpus reader for every system: spacy_fofe.CachedCorpus.v1 reads the .spacy
-    files once (spacy_fofe/corpus.py), so no system's training time is mostly DocBin reading."""
+    files once (spacy_fofe/training/corpus.py), so no system's training time is mostly DocBin reading."""
     config["training"]["max_steps"] = max_steps
     for split in ("train", "dev"):
         config["corpora"][split]["@readers"] = "spacy_fofe.CachedCorpus.v1"
@@ -205,8 +205,7 @@ def measure(model: str, test: str, result: str, gpu_id: int) -> None:
     import spacy
     from spacy.training import Corpus
 
-    from spacy_fofe.corpus import decoders_looked_up_once
-    from spacy_fofe.scoring import score_fofe_ner
+    from spacy_fofe.pipeline.scoring import score_fofe_ner
 
     device = "cpu"
     if gpu_id >= 0 and spacy.prefer_gpu(gpu_id):
@@ -214,12 +213,10 @@ def measure(model: str, test: str, result: str, gpu_id: int) -> None:
     nlp = spacy.load(model)
     # The first pass, before anything else reads the test set into the pipeline's vocab: every word is
     # new to it, as a user's first text is (spaCy makes its lexemes, fofe_ner computes its word features).
-    with decoders_looked_up_once():
-        texts = [eg.reference.text for eg in Corpus(test)(spacy.blank(nlp.lang))]
+    texts = [eg.reference.text for eg in Corpus(test)(spacy.blank(nlp.lang))]
     first = _timed(lambda: list(nlp.pipe(texts, batch_size=1000)))
     # Scored on spaCy's own reader's examples (what `spacy evaluate` does); timed on raw texts.
-    with decoders_looked_up_once():
-        examples = list(Corpus(test)(nlp))
+    examples = list(Corpus(test)(nlp))
     words = sum(len(eg.reference) for eg in examples)
     for eg, doc in zip(examples, nlp.pipe([eg.predicted for eg in examples], batch_size=1000)):
         eg.predicted = doc

@@ -29,7 +29,7 @@ def sentences(nlp, corpus: str, n_tokens: int):
 
     Each sentence ends with a space, so the sentences joined are the one-doc text.
     """
-    from spacy_fofe.corpus import docbin_docs
+    from spacy_fofe.training.corpus import docbin_docs
 
     source = [([t.text for t in doc], [bool(t.whitespace_) for t in doc[:-1]] + [True])
               for doc in docbin_docs(corpus, nlp.vocab) if len(doc)]

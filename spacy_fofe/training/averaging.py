@@ -12,11 +12,11 @@ import hashlib
 from pathlib import Path
 from typing import List, Sequence, Union
 
-import spacy
 from spacy.language import Language
 
+from ..ml.model import reads_listener
+from ..pipeline.loading import load_pipeline
 from .ensemble import check_same_task
-from .model import ENSEMBLE, reads_listener
 
 
 def start_from(component, path: Union[str, Path]) -> str:
@@ -66,12 +66,8 @@ def average_pipelines(paths: Sequence[Union[str, Path]], component: str = "fofe_
 
 
 def _load(path: Union[str, Path], component: str) -> Language:
-    nlp = spacy.load(path)
-    if component not in nlp.pipe_names:
-        raise ValueError(f"{path} has no component {component!r}; its components: {nlp.pipe_names}")
-    model = nlp.get_pipe(component).model
-    if model.name not in ("fofe_ner", ENSEMBLE):
-        raise ValueError(f"{path}'s {component} model is {model.name!r}, not a spacy_fofe.FOFENER model")
+    nlp, pipe = load_pipeline(path, component)
+    model = pipe.model
     if reads_listener(model):
         raise ValueError(f"{path}'s {component} reads a shared tok2vec (a listener), whose weights are not the "
                          "component's: train the tok2vec inside fofe_ner to branch or average it")

@@ -21,8 +21,8 @@ from spacy.util import registry
 from thinc.api import Model
 from thinc.types import Floats2d
 
-from .fofe import shift_within
-from .position_codes import sentence_lengths
+from ..ml.fofe import shift_within
+from ..ml.position_codes import sentence_lengths
 
 
 @registry.layers("spacy_fofe.DocumentMemory.v1")

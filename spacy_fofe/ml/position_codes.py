@@ -266,15 +266,13 @@ def PositionCodes(
     word_codes: Model[List[Floats2d], Codes],
     char_codes: Optional[Model[List[Doc], Codes]] = None,
     stop_at_sentences: bool = False,
-    char_cnn: Optional[Model[List[Doc], Codes]] = None,
 ) -> Model[List[Doc], Codes]:
-    """Run the tok2vec and the word codes on its output, and the character codes (FOFE, CNN)
-    on the docs.
+    """Run the tok2vec and the word codes on its output, and the character codes on the docs.
 
     stop_at_sentences: the word codes run over each sentence instead of each doc (give the
     character codes the same setting)."""
-    layers = [tok2vec, word_codes] + [layer for layer in (char_codes, char_cnn) if layer is not None]
-    refs = {"tok2vec": tok2vec, "word_codes": word_codes, "char_codes": char_codes, "char_cnn": char_cnn}
+    layers = [tok2vec, word_codes] + ([char_codes] if char_codes is not None else [])
+    refs = {"tok2vec": tok2vec, "word_codes": word_codes, "char_codes": char_codes}
     return Model("position_codes", _position_forward, layers=layers, refs=refs,
                  attrs={"stop_at_sentences": stop_at_sentences})
 
@@ -297,16 +295,11 @@ def _position_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Co
         codes.arrays.update(chars.arrays)
         codes.char_bounds, codes.char_alpha = chars.char_bounds, chars.char_alpha
         codes.char_alpha_learned = chars.char_alpha_learned
-    backprop_cnn = None
-    if model.has_ref("char_cnn") is True:
-        cnn, backprop_cnn = model.get_ref("char_cnn")(docs, is_train)
-        codes.arrays.update(cnn.arrays)
 
     def backprop(d_arrays: Gradients) -> List[Doc]:
         backprop_tok2vec(backprop_words(d_arrays))
-        for backprop_layer in (backprop_chars, backprop_cnn):
-            if backprop_layer is not None:
-                backprop_layer(d_arrays)
+        if backprop_chars is not None:
+            backprop_chars(d_arrays)
         return []
 
     return codes, backprop

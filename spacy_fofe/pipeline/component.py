@@ -23,19 +23,19 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 from thinc.types import Floats2d
 
-from .averaging import start_from
+from ..ml.fragments import edge_flagged, enumerate_fragments, fragment_targets, sample_fragments, within_sentences
+from ..ml.model import context_tokens, is_v1_layout, members, read_v1_weights, reads_listener, stops_at_sentences
+from ..ml.position_codes import sentence_start_flags
+from ..training.averaging import start_from
+from ..training.distill import Teacher, soft_targets
 from .decoding import Candidate, Level, decode, levels_from
-from .distill import Teacher, soft_targets
-from .fragments import edge_flagged, enumerate_fragments, fragment_targets, sample_fragments, within_sentences
 from .gold import GoldStats, aligned_gold, gold_spans
-from .model import context_tokens, is_v1_layout, members, read_v1_weights, reads_listener, stops_at_sentences
-from .position_codes import sentence_start_flags
 from .settings import NAMES as SETTING_NAMES
 from .settings import Cfg, Settings
 
 DEFAULT_MODEL_CONFIG = """
 [model]
-@architectures = "spacy_fofe.FOFENER.v2"
+@architectures = "spacy_fofe.FOFENER.v3"
 hidden_width = 128
 depth = 2
 dropout = 0.2
@@ -43,11 +43,6 @@ word_alpha = 0.5
 char_alpha = 0.8
 char_width = 32
 n_char_buckets = 2048
-# Trained forgetting factors and a row per fragment length: both cost next to nothing at inference
-# and the shipped configs turn them on (FOFENER.v2 keeps them off so that older pipelines load).
-learn_word_alpha = true
-learn_char_alpha = true
-length_bias = true
 
 [model.tok2vec]
 @architectures = "spacy.MultiHashEmbed.v2"
@@ -102,7 +97,7 @@ class FOFENER(TrainablePipe):
 
     vocab: the shared vocabulary.
     model: a Model[(List[Doc], fragments), Floats2d], e.g. spacy_fofe.FOFENER.v2.
-    settings: the fields of spacy_fofe.settings.Settings (spans_key, max_length, thresholds,
+    settings: the fields of spacy_fofe.pipeline.settings.Settings (spans_key, max_length, thresholds,
         decoding, nesting, NONE sampling rates, ents), kept in self.cfg.
     """
 
@@ -205,7 +200,7 @@ class FOFENER(TrainablePipe):
         if any("groups" not in member.attrs for member in members(self.model)) or \
                 reads_listener(self.model):
             return None
-        return context_tokens(self.model, self.cfg["max_length"]) + self.cfg["max_length"]
+        return context_tokens(self.model) + self.cfg["max_length"]
 
     def set_annotations(self, docs: Iterable[Doc], predictions: Tuple[numpy.ndarray, Floats2d]) -> None:
         """Decode each doc's candidates into doc.spans[spans_key] (and the outer level into doc.ents)."""
@@ -343,8 +338,6 @@ class FOFENER(TrainablePipe):
         else:
             teacher_probs = self._teacher.probabilities(docs, fragments[keep])
             truth = soft_targets(labels[keep], scores.shape[1], teacher_probs, self._teacher.weight)
-        # A two-pass model returns both passes' scores, one after the other: each learns the targets.
-        truth = numpy.tile(truth, (scores.shape[0] // len(keep), 1))
         if self.cfg["consistency"] > 0:
             loss = self._update_consistent(docs, fragments[keep], scores, backprop, truth)
         else:
@@ -448,13 +441,13 @@ class FOFENER(TrainablePipe):
 
         teacher: a trained pipeline (path or package) whose fofe_ner of the same name is trained
             towards in update, besides the gold, or a list of them (their mean): see
-            spacy_fofe/distill.py. Used in training only.
+            spacy_fofe/training/distill.py. Used in training only.
         teacher_weight: the teacher's share of each fragment's target (the gold label has the rest).
         teacher_sentences: the teacher scores each sentence of a training doc alone, as it was
             trained (a teacher trained on one doc per sentence, a student on whole documents).
         init_weights: a trained pipeline (path or package) whose fofe_ner weights training starts
             from instead of random ones, with the same labels and architecture: a branch, for
-            `spacy fofe average` (see spacy_fofe/averaging.py).
+            `spacy fofe average` (see spacy_fofe/training/averaging.py).
         """
         validate_get_examples(get_examples, "FOFENER.initialize")
         stats = GoldStats(self.cfg["max_length"])

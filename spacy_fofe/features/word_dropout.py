@@ -12,19 +12,21 @@ never saw that same unknown id, so a new name looks exactly like the dropped wor
 learnt from (GermEval dev span F1 +0.6 and +1.1 on two checkpoints of one model, against leaving
 the unseen ids as they are). With `word_dropout` 0 the layer passes every id through.
 
-`WordDropoutHashEmbed` is spaCy's MultiHashEmbed.v2 with that layer put between the feature
-extractor and the hash tables (and, without static vectors, each distinct row embedded once:
-rows_once.py). The known ids are saved with the model (8 bytes a word type).
+`WordDropoutHashEmbed` is spaCy's MultiHashEmbed.v2, built here from the same public layers
+with that layer between the feature extractor and the hash tables, and each distinct row of a
+batch embedded once (rows_once.py). The known ids are saved with the model (8 bytes a word
+type). With `word_dropout = 0` it is MultiHashEmbed without the layer.
 """
 
 from typing import List, Sequence, Union
 
 import numpy
 from spacy.attrs import intify_attr
-from spacy.ml.models.tok2vec import MultiHashEmbed
+from spacy.ml.featureextractor import FeatureExtractor
+from spacy.ml.staticvectors import StaticVectors
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Model, chain
+from thinc.api import HashEmbed, Maxout, Model, chain, concatenate, list2ragged, ragged2list, with_array
 from thinc.types import Floats2d, Ints2d
 
 from .rows_once import embed_rows_once
@@ -49,13 +51,28 @@ def WordDropoutHashEmbed(
     if None in ids:
         raise ValueError(f"spacy_fofe.WordDropoutHashEmbed.v1: unknown token attribute {attrs[ids.index(None)]!r}")
     columns = [i for i, attr_id in enumerate(ids) if attr_id in WORD_ATTR_IDS]
-    if not columns:
+    if word_dropout > 0 and not columns:
         raise ValueError(f"spacy_fofe.WordDropoutHashEmbed.v1: attrs {list(attrs)} contain none of "
                          f"{list(WORD_ATTRS)}, so there is no word identity to drop")
-    model = MultiHashEmbed(width=width, attrs=attrs, rows=rows, include_static_vectors=include_static_vectors)
-    _insert_after_extractor(model, word_dropout_layer(columns, word_dropout))
-    # Static vectors are concatenated onto the hash rows, so that layout is not a row embedding.
-    return model if include_static_vectors else embed_rows_once(model)
+    if len(rows) != len(attrs):
+        raise ValueError(f"spacy_fofe.WordDropoutHashEmbed.v1: rows has {len(rows)} entries for {len(attrs)} attrs")
+    # MultiHashEmbed's tables and seeds, so a model trains as spaCy's would.
+    embeddings = [HashEmbed(width, n_rows, column=i, seed=8 + i, dropout=0.0) for i, n_rows in enumerate(rows)]
+    extract = FeatureExtractor(list(attrs))
+    if word_dropout > 0:
+        extract = chain(extract, word_dropout_layer(columns, word_dropout))
+    if include_static_vectors:
+        # Static vectors are concatenated onto the hash rows, so that layout is not a row embedding.
+        return chain(
+            concatenate(chain(extract, list2ragged(), with_array(concatenate(*embeddings))),
+                        StaticVectors(width, dropout=0.0)),
+            with_array(Maxout(width, width * (len(rows) + 1), nP=3, dropout=0.0, normalize=True)),
+            ragged2list(),
+        )
+    return embed_rows_once(extract, [
+        with_array(concatenate(*embeddings)),
+        with_array(Maxout(width, width * len(rows), nP=3, dropout=0.0, normalize=True)),
+    ], width)
 
 
 def word_dropout_layer(columns: Sequence[int], rate: float) -> Model[List[Ints2d], List[Ints2d]]:
@@ -88,14 +105,3 @@ def _forward(model: Model, features: List[Ints2d], is_train: bool):
     flat[:, columns] = xp.where(model.ops.asarray(unknown), UNKNOWN_ID, flat[:, columns])
     # The ids are not differentiable; the extractor's own backprop ignores what it gets.
     return xp.split(flat, numpy.cumsum(lengths)[:-1]), lambda d_features: d_features
-
-
-def _insert_after_extractor(model: Model, layer: Model) -> None:
-    """Replace MultiHashEmbed's FeatureExtractor node by chain(extractor, layer), wherever it sits."""
-    for node in model.walk():
-        for i, child in enumerate(node.layers):
-            if child.name == "extract_features":
-                node.layers[i] = chain(child, layer)
-                return
-    raise RuntimeError("spacy_fofe.WordDropoutHashEmbed.v1: spaCy's MultiHashEmbed has no extract_features layer; "
-                       "this spaCy version is not supported")

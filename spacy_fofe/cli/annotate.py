@@ -183,7 +183,8 @@ _loads = Counter()
 def _load(pipeline: str, gpu_id: int, code: Optional[str]):
     """The pipeline, loaded once per worker process (tasks run in the same process reuse it)."""
     import spacy
-    from spacy.cli._util import import_code, setup_gpu
+
+    from .app import import_code, setup_gpu
 
     import_code(code)
     setup_gpu(gpu_id, silent=True)
@@ -265,7 +266,7 @@ def read_shard(path: Path, nlp) -> Tuple[Iterator[Tuple[str, str]], List[dict]]:
 
     def records() -> Iterator[Tuple[str, str]]:
         if path.suffix == ".spacy":
-            from .corpus import docbin_docs
+            from ..training.corpus import docbin_docs
 
             for i, doc in enumerate(docbin_docs(path, nlp.vocab)):
                 yield str(doc.user_data.get("id", f"{path.name}:{i}")), doc.text

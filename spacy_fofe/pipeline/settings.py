@@ -107,7 +107,7 @@ def _is_probability(value: Any) -> bool:
 
 
 # What a component learns besides its Settings: its labels, and `start`, the fingerprint of the
-# trained weights its training started from (spacy_fofe/averaging.py), None for random ones.
+# trained weights its training started from (spacy_fofe/training/averaging.py), None for random ones.
 STATE = ("labels", "start")
 
 

@@ -10,14 +10,14 @@ machine or several, into one pipeline with the members' weights unchanged.
 from pathlib import Path
 from typing import Callable, Sequence, Tuple, Union
 
-import spacy
 from spacy.language import Language
 from spacy.util import registry
 from thinc.api import Model
 from thinc.types import Floats2d
 
-from .model import ENSEMBLE, InT, reads_listener, stops_at_sentences
-from .vectors import same_vectors
+from ..features.vectors import same_vectors
+from ..ml.model import ENSEMBLE, InT, reads_listener, stops_at_sentences
+from ..pipeline.loading import load_pipeline
 
 ARCHITECTURE = "spacy_fofe.FOFEEnsemble.v1"
 # Component settings every member's pipeline must share: the members' output columns and fragments.
@@ -26,8 +26,9 @@ SHARED_SETTINGS = ("labels", "spans_key", "max_length")
 
 @registry.architectures(ARCHITECTURE)
 def build_fofe_ensemble(*members: Model[InT, Floats2d]) -> Model[InT, Floats2d]:
-    """The mean of the members' fragment probabilities; in training, the members' scores one
-    after the other (fofe_ner's update trains each on the same targets).
+    """The mean of the members' fragment probabilities. In training each member still learns the
+    targets by itself: the gradient fofe_ner passes back is (mean - targets) / rows, as for thinc's
+    Softmax, and a member's own is that plus (its probabilities - mean) / rows.
 
     members: spacy_fofe.FOFENER models (in a config: `[...model.*.NAME]` blocks, one per member).
     """
@@ -57,16 +58,15 @@ def _forward(model: Model[InT, Floats2d], inputs: InT, is_train: bool) -> Tuple[
             scores = scores + member.predict(inputs)
         return scores / len(model.layers), _no_backprop
     outputs = [member(inputs, is_train) for member in model.layers]
-    scores = model.ops.xp.concatenate([out for out, _ in outputs])
+    mean = sum(out for out, _ in outputs) / len(outputs)
 
     def backprop(d_scores: Floats2d):
-        start = 0
+        rows = max(len(d_scores), 1)
         for out, backprop_member in outputs:
-            backprop_member(d_scores[start:start + len(out)])
-            start += len(out)
+            backprop_member(d_scores + (out - mean) / rows)
         return []
 
-    return scores, backprop
+    return mean, backprop
 
 
 def _no_backprop(d_scores):
@@ -83,7 +83,7 @@ def merge_pipelines(paths: Sequence[Union[str, Path]], component: str = "fofe_ne
     """
     if len(paths) < 2:
         raise ValueError(f"an ensemble needs two or more pipelines, got {len(paths)}")
-    pipelines = [spacy.load(path) for path in paths]
+    pipelines = [load_pipeline(path, component)[0] for path in paths]
     for path, nlp in zip(paths, pipelines):
         _check_member(path, nlp, component)
     first, ners = pipelines[0], [nlp.get_pipe(component) for nlp in pipelines]
@@ -96,8 +96,8 @@ def merge_pipelines(paths: Sequence[Union[str, Path]], component: str = "fofe_ne
     for member, ner in zip(merged.model.layers, ners):
         member.from_bytes(ner.model.to_bytes())
     merged.cfg.update(ners[0].cfg)
-    # A [pretraining] block reads one model's settings by reference, and an ensemble has no
-    # single tok2vec to pretrain: the merged pipeline has none.
+    # A [pretraining] block (spaCy's, or one of an older pipeline) reads one model's settings
+    # by reference, and an ensemble has no single tok2vec to pretrain.
     first.config["pretraining"] = {}
     first.meta.pop("performance", None)  # the first member's dev scores, not the ensemble's
     return first
@@ -119,13 +119,9 @@ def check_same_task(paths: Sequence, pipelines: Sequence[Language], component: s
 
 
 def _check_member(path, nlp: Language, component: str) -> None:
-    if component not in nlp.pipe_names:
-        raise ValueError(f"{path} has no component {component!r}; its components: {nlp.pipe_names}")
     model = nlp.get_pipe(component).model
     if model.name == ENSEMBLE:
         raise ValueError(f"{path}'s {component} is an ensemble already: merge the pipelines it was made from")
-    if model.name != "fofe_ner":
-        raise ValueError(f"{path}'s {component} model is {model.name!r}, not a spacy_fofe.FOFENER model")
     if reads_listener(model):
         raise ValueError(f"{path}'s {component} reads a shared tok2vec (a listener); an ensemble's members need "
                          "their own, so train each pipeline with the tok2vec inside fofe_ner")

@@ -1,26 +1,21 @@
 """A training corpus reader that deserializes each .spacy file once per process.
 
 spaCy's Corpus.v1 reads the DocBin again on every pass: each training epoch and each dev
-evaluation. For docs with `doc.spans` that is slow, because every span group goes through
-`srsly.msgpack_loads`, which looks up srsly's msgpack decoders (an entry-point scan of all
-installed distributions) on each call: GermEval's 24,000 training sentences take 26 s to read
-here, and 4,000 of them took 14 s on a machine with 218 distributions. CachedCorpus is Corpus.v1
-with the reference docs kept after the first read; the Examples are still made fresh on each
-pass, exactly as Corpus.v1 makes them, so training sees the same data in the same order.
-Every read here (the first one, and those of the commands that score a model) looks the decoders
-up once per read instead (`decoders_looked_up_once`).
+evaluation. For docs with `doc.spans` that is slow, because srsly looks its msgpack decoders up
+(an entry-point scan of all installed distributions) for every span group it unpacks: GermEval's
+24,000 training sentences take 26 s to read. CachedCorpus is Corpus.v1 with the reference docs
+kept after the first read; the Examples are still made fresh on each pass, exactly as Corpus.v1
+makes them, so training sees the same data in the same order.
 
 The kept docs are shared by all CachedCorpus objects of the process, because `spacy train`
 builds its corpora twice (once to initialize the pipeline, once for the training loop).
 """
 
 import os
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 import numpy
-import srsly.msgpack
 from spacy.attrs import SENT_START
 from spacy.errors import Errors
 from spacy.tokens import Doc, DocBin
@@ -57,34 +52,13 @@ class CachedCorpus(Corpus):
         if CachedCorpus._vocab is not vocab:
             CachedCorpus._vocab, CachedCorpus._docs = vocab, {}
         if key not in CachedCorpus._docs:
-            with decoders_looked_up_once():
-                CachedCorpus._docs[key] = list(super().read_docbin(vocab, paths))
+            CachedCorpus._docs[key] = list(super().read_docbin(vocab, paths))
         yield from CachedCorpus._docs[key]
 
 
-@contextmanager
-def decoders_looked_up_once() -> Iterator[None]:
-    """Within the block, srsly's msgpack decoders come from one registry lookup made at its start. srsly
-    looks them up at every unpack, a walk over every registered function and installed entry point, and
-    `DocBin.get_docs` unpacks each doc's user data and each of its span groups: without this, reading a
-    .spacy file is mostly these lookups. The decoders are the same ones, since none is registered while
-    a file is read. A block inside another (or in another thread) leaves the lookup as it finds it."""
-    decoders = srsly.msgpack.msgpack_decoders
-    if "get_all" in vars(decoders):  # already inside such a block
-        yield
-        return
-    found = decoders.get_all()
-    decoders.get_all = lambda: found
-    try:
-        yield
-    finally:
-        vars(decoders).pop("get_all", None)
-
-
 def docbin_docs(path: Union[str, Path], vocab: Vocab) -> Iterator[Doc]:
-    """The docs of a .spacy file, read one at a time with the decoders looked up once."""
-    with decoders_looked_up_once():
-        yield from DocBin().from_disk(path).get_docs(vocab)
+    """The docs of a .spacy file, read one at a time."""
+    yield from DocBin().from_disk(path).get_docs(vocab)
 
 
 def check_docbin_path(path: Optional[Union[str, Path]]) -> None:
@@ -98,8 +72,7 @@ def read_examples(path: Union[str, Path], nlp, sentence_starts: bool = False) ->
     """The examples of a .spacy file (or a folder of them) as spaCy's Corpus reads them, for the
     commands that score a model on them; no docs at all is an error rather than zero scores."""
     check_docbin_path(path)
-    with decoders_looked_up_once():
-        examples = list(Corpus(path)(nlp))
+    examples = list(Corpus(path)(nlp))
     if not examples:
         raise ValueError(f"{path} holds no docs with tokens (spaCy's reader skips empty ones; a .spacy file, or a "
                          "folder of them, is expected).")

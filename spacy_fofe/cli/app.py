@@ -12,16 +12,19 @@ from typing import Callable, Dict, List, Optional
 import spacy
 import srsly
 import typer
-from spacy.cli._util import Arg, Opt, app, import_code, setup_gpu
+from spacy.cli import app
 from spacy.scorer import Scorer
 from thinc.api import fix_random_seed
+from typer import Argument as Arg
+from typer import Option as Opt
 from wasabi import msg
 
+from ..pipeline.gold import unknown_labels_note
+from ..pipeline.loading import load_pipeline
+from ..pipeline.scoring import predicted_levels
+from ..training.corpus import read_examples
 from . import convert as converters
 from . import error_analysis, stats
-from .corpus import read_examples
-from .gold import unknown_labels_note
-from .scoring import predicted_levels
 
 SENTENCE_STARTS_HELP = "Give each doc the data's sentence starts, as a senter would (documents read whole)"
 HELP = """FOFE-NER commands: convert corpora, tune decoding, evaluate with level
@@ -51,11 +54,34 @@ def _fail(err: Exception) -> None:
 
 
 def _setup_gpu(gpu_id: int) -> None:
-    """spaCy's setup_gpu, with a GPU that cannot be used (no CuPy, no such device) as a clear error."""
+    """The GPU, or the CPU for -1, as spaCy's commands choose; one that cannot be used (no CuPy, no such
+    device) is a clear error."""
     try:
         setup_gpu(gpu_id)
     except ValueError as err:
         _fail(ValueError(f"--gpu-id {gpu_id}: {err}"))
+
+
+def setup_gpu(gpu_id: int, silent: bool = False) -> None:
+    """What spaCy's commands do with --gpu-id: the GPU's ops for every model made from here on."""
+    if gpu_id >= 0:
+        if not silent:
+            msg.info(f"Using GPU: {gpu_id}")
+        spacy.require_gpu(gpu_id)
+    elif not silent:
+        msg.info("Using CPU")
+
+
+def import_code(code_path: Optional[Path]) -> None:
+    """Import the Python file given with --code, for the functions it registers (as spaCy's commands do)."""
+    if code_path is None:
+        return
+    if not Path(code_path).exists():
+        msg.fail("Path to Python code not found", str(code_path), exits=1)
+    try:
+        spacy.util.import_file("python_code", code_path)
+    except Exception as err:  # whatever the user's file raises on import
+        msg.fail(f"Couldn't load Python code: {code_path}", str(err), exits=1)
 
 
 @fofe_cli.command("convert")
@@ -141,7 +167,7 @@ def tune_cli(
     save the pipeline. A setting changes only when dev F1 rises."""
     import_code(code_path)
     _setup_gpu(use_gpu)
-    from .tune import tune_pipeline
+    from ..training.tune import tune_pipeline
 
     try:
         tune_pipeline(Path(model), dev_path, output_path, component, objective=objective.value,
@@ -184,10 +210,10 @@ def evaluate_cli(
         _fail(ValueError(f"--worst is a number of documents, at least 0; got {worst}"))
     _setup_gpu(use_gpu)
     fix_random_seed()
-    nlp = spacy.load(model)
-    if component not in nlp.pipe_names:
-        _fail(ValueError(f"{model} has no component {component!r}; its components: {nlp.pipe_names}"))
-    ner = nlp.get_pipe(component)
+    try:
+        nlp, ner = load_pipeline(model, component)
+    except ValueError as err:
+        _fail(err)
     key = ner.key
     scorer = _KeepingScorer(nlp=nlp)
     try:  # spaCy's reader says what is wrong with a file that is not a DocBin
@@ -267,7 +293,7 @@ def ensemble_cli(
     their fragment probabilities: more accurate than each, at the cost of running them all.
     The first pipeline gives the rest of the pipeline and the decoding: tune the result on dev."""
     import_code(code_path)
-    from .ensemble import merge_pipelines
+    from ..training.ensemble import merge_pipelines
 
     _join(merge_pipelines, models, component, output_path, "ensemble")
 
@@ -286,7 +312,7 @@ def average_cli(
     model's cost. The first pipeline gives the rest of the pipeline and the decoding: tune the
     result on dev."""
     import_code(code_path)
-    from .averaging import average_pipelines
+    from ..training.averaging import average_pipelines
 
     _join(average_pipelines, models, component, output_path, "average")
 

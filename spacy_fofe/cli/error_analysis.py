@@ -23,9 +23,9 @@ from spacy.scorer import PRFScore
 from spacy.tokens import Doc, Span
 from spacy.training import Example
 
-from .fragments import fragment_rows
-from .gold import gold_spans, on_whitespace, same_tokens
-from .scoring import predicted_levels, span_levels
+from ..ml.fragments import fragment_rows
+from ..pipeline.gold import gold_spans, on_whitespace, same_tokens
+from ..pipeline.scoring import predicted_levels, span_levels
 
 LEVELS = ("outer", "inner")
 KINDS = ("missed", "boundary", "label", "spurious")

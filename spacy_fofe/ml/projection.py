@@ -16,26 +16,19 @@ from thinc.api import Model, glorot_uniform_init
 from thinc.types import Floats2d, Ints2d
 
 from . import fofe
-from .char_cnn import CHAR_CNN, project_fragment_max
-from .dense import backprop_relu, gemm, relu
 from .position_codes import CHAR_ALPHA_GRAD, Codes
 
-DECISION_BLOCKS = ("decision_left", "decision_right", "decision_tokens")
 # The column blocks of W, in order, for each feature group.
 FEATURE_BLOCKS = {
     "left_context": ("left_incl", "left_excl"),
     "right_context": ("right_incl", "right_excl"),
     "bag_of_words": ("tokens",),
     "char_fofe": ("lr", "rl"),
-    "char_cnn": (CHAR_CNN,),
-    # The second pass's reading of the first pass's decisions (second_pass.py).
-    "decisions": DECISION_BLOCKS,
 }
 CHAR_BLOCKS = ("lr", "rl")
 # Every code array: the block of W it is multiplied by, and where on the fragment it is
 # read: its "start" row, its "end" row, the "mean" over its rows, or start/end times
-# -char_alpha ** (characters in the fragment) ("_decayed": the character FOFE of a fragment),
-# or the "max" over its rows (the character CNN; not linear, so projected per fragment).
+# -char_alpha ** (characters in the fragment) ("_decayed": the character FOFE of a fragment).
 SOURCES = {
     "left_incl": ("left_incl", "end"),
     "left_excl": ("left_excl", "start"),
@@ -46,10 +39,6 @@ SOURCES = {
     "lr_before": ("lr", "start_decayed"),
     "rl_start": ("rl", "start"),
     "rl_after": ("rl", "end_decayed"),
-    CHAR_CNN: (CHAR_CNN, "max"),
-    "decision_left_excl": ("decision_left", "start"),
-    "decision_right_excl": ("decision_right", "end"),
-    "decision_tokens": ("decision_tokens", "mean"),
 }
 
 InT = Tuple[Codes, Ints2d]
@@ -64,23 +53,20 @@ def FragmentProjection(
     nI: Optional[int] = None,
     nC: int = 0,
     dropout: float = 0.0,
-    nF: int = 0,
-    nD: Optional[int] = 0,
     nL: int = 0,
 ) -> Model[InT, Floats2d]:
     """ReLU(W . features + b + L[length]) of every fragment (doc index, start, end), from position codes.
 
     blocks: the column blocks of W in order (FEATURE_BLOCKS' values); nI: the token vector
-    width (word blocks); nC: the character embedding width (character blocks); nF: the
-    character CNN's filters (its block); nD: the labels (the decision blocks of a second pass);
-    nL: rows of the length bias L, one per fragment length (0: none). No code tells the net a
-    fragment's length (the bag of words is a mean), and a row per length costs one addition.
+    width (word blocks); nC: the character embedding width (character blocks); nL: rows of the
+    length bias L, one per fragment length (0: none). No code tells the net a fragment's length
+    (the bag of words is a mean), and a row per length costs one addition.
     """
     return Model(
         "fragment_projection",
         _forward,
         init=_init,
-        dims={"nO": nO, "nI": nI, "nC": nC, "nF": nF, "nD": nD, "nL": nL},
+        dims={"nO": nO, "nI": nI, "nC": nC, "nL": nL},
         # L only where it is used: pipelines saved without it load, and count as initialized.
         params={"W": None, "b": None, **({"L": None} if nL else {})},
         attrs={"blocks": list(blocks), "dropout_rate": dropout},
@@ -103,11 +89,9 @@ def length_rows(model: Model) -> int:
 def columns(model: Model) -> Dict[str, slice]:
     """The columns of W each block occupies."""
     nI, nC = model.get_dim("nI"), model.get_dim("nC")
-    # Pipelines saved before the CNN and the second pass lack nF and nD.
-    nF, nD = (model.get_dim(dim) if model.has_dim(dim) else 0 for dim in ("nF", "nD"))
     out, offset = {}, 0
     for block in model.attrs["blocks"]:
-        width = nC if block in CHAR_BLOCKS else nF if block == CHAR_CNN else nD if block in DECISION_BLOCKS else nI
+        width = nC if block in CHAR_BLOCKS else nI
         out[block] = slice(offset, offset + width)
         offset += width
     return out
@@ -131,8 +115,7 @@ def _forward(model: Model, inputs: InT, is_train: bool) -> Tuple[Floats2d, Calla
     placed, backprop_placed = _project(model, codes.arrays, begin, min(end + n - 1, n_tokens))
     # alpha ** (characters in the fragment) of each grid cell; training's backward reuses it (begin is 0 there).
     decay = _char_decay(codes, n, begin, end) if codes.char_bounds is not None else None
-    # Only the character CNN on: no code is read at a boundary, its block is added per fragment below.
-    grid = fofe.fragment_grid(placed, n, end - begin, decay) if placed else ops.alloc3f(end - begin, n, nH)
+    grid = fofe.fragment_grid(placed, n, end - begin, decay)
     cells = ops.asarray((starts - begin) * n + sizes - 1)
     pre = grid.reshape((-1, nH))[cells]  # a copy: add and clip in place
     pre += model.get_param("b")
@@ -140,14 +123,9 @@ def _forward(model: Model, inputs: InT, is_train: bool) -> Tuple[Floats2d, Calla
     if length_rows(model):
         lengths_at = ops.asarray1i(numpy.minimum(sizes, length_rows(model)) - 1)
         pre += model.get_param("L")[lengths_at]
-    backprop_max = None
-    if CHAR_CNN in codes.arrays:
-        W = model.get_param("W")[:, columns(model)[CHAR_CNN]]
-        maxed, backprop_max = project_fragment_max(ops, codes.arrays[CHAR_CNN], W, starts, sizes)
-        pre += maxed
     if not is_train:
-        return relu(ops, pre, inplace=True), _no_backprop
-    hidden = relu(ops, pre)
+        return ops.relu(pre, inplace=True), _no_backprop
+    hidden = ops.relu(pre)
     mask = ops.get_dropout_mask(hidden.shape, model.attrs["dropout_rate"])
     if mask is not None:
         hidden = hidden * mask
@@ -155,7 +133,7 @@ def _forward(model: Model, inputs: InT, is_train: bool) -> Tuple[Floats2d, Calla
     def backprop(d_hidden: Floats2d) -> Dict[str, Floats2d]:
         if mask is not None:
             d_hidden = d_hidden * mask
-        d_pre = backprop_relu(ops, d_hidden, pre)
+        d_pre = ops.backprop_relu(d_hidden, pre)
         model.inc_grad("b", d_pre.sum(axis=0))
         if lengths_at is not None:
             d_L = ops.alloc2f(*model.get_param("L").shape)
@@ -168,11 +146,6 @@ def _forward(model: Model, inputs: InT, is_train: bool) -> Tuple[Floats2d, Calla
         d_placed, d_decay = fofe.fragment_grid_backward(d_grid, placed, n_tokens, decay, decay_grad=learned_alpha)
         d_alpha = _char_alpha_grad(codes, d_decay, decay, n, n_tokens) if learned_alpha else None
         d_arrays = backprop_placed(d_placed)
-        if backprop_max is not None:
-            d_W_max, d_arrays[CHAR_CNN] = backprop_max(d_pre)
-            d_W = model.ops.alloc2f(*model.get_param("W").shape)
-            d_W[:, columns(model)[CHAR_CNN]] = d_W_max
-            model.inc_grad("W", d_W)
         if d_alpha is not None:
             d_arrays[CHAR_ALPHA_GRAD] = d_alpha
         return d_arrays
@@ -205,10 +178,9 @@ def _project(model: Model, arrays: Dict[str, Floats2d], begin: int, stop: int):
     W = model.get_param("W")
     blocks = columns(model)
     placed: Dict[str, Floats2d] = {}
-    arrays = {name: array for name, array in arrays.items() if SOURCES[name][1] != "max"}
     for name, array in arrays.items():
         block, place = SOURCES[name]
-        projected = gemm(ops, array[begin:stop], W[:, blocks[block]], trans2=True)
+        projected = ops.gemm(array[begin:stop], W[:, blocks[block]], trans2=True)
         placed[place] = placed[place] + projected if place in placed else projected
 
     def backprop(d_placed: Dict[str, Floats2d]) -> Dict[str, Floats2d]:
@@ -216,8 +188,8 @@ def _project(model: Model, arrays: Dict[str, Floats2d], begin: int, stop: int):
         d_arrays = {}
         for name, array in arrays.items():
             block, place = SOURCES[name]
-            d_W[:, blocks[block]] += gemm(ops, d_placed[place], array, trans1=True)
-            d_arrays[name] = gemm(ops, d_placed[place], W[:, blocks[block]])
+            d_W[:, blocks[block]] += ops.gemm(d_placed[place], array, trans1=True)
+            d_arrays[name] = ops.gemm(d_placed[place], W[:, blocks[block]])
         model.inc_grad("W", d_W)
         return d_arrays
 

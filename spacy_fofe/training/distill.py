@@ -23,16 +23,15 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy
-import spacy
 from spacy.tokens import Doc
 from spacy.vocab import Vocab
 from thinc.api import to_numpy
 from thinc.types import Floats2d
 
-from .fragments import enumerate_fragments, flat_bounds
-from .model import ENSEMBLE
-from .position_codes import sentence_starts
-from .vectors import same_vectors
+from ..features.vectors import same_vectors
+from ..ml.fragments import enumerate_fragments, flat_bounds
+from ..ml.position_codes import sentence_starts
+from ..pipeline.loading import load_pipeline
 
 CACHE_BYTES = 2 * 1024 ** 3  # the teacher's tables kept for later epochs: GermEval's training set takes 0.2 GB
 
@@ -124,12 +123,10 @@ class _TeacherPipeline:
     """One teacher pipeline: its fofe_ner, the components before it, and its student columns."""
 
     def __init__(self, path: Union[str, Path], component: str, labels: Sequence[str], vocab: Vocab):
-        nlp = spacy.load(path)
-        if component not in nlp.pipe_names:
-            raise ValueError(f"the teacher {path} has no component {component!r}; its components: {nlp.pipe_names}")
-        pipe = nlp.get_pipe(component)
-        if pipe.model.name not in ("fofe_ner", ENSEMBLE):
-            raise ValueError(f"the teacher {path}'s {component!r} is not a fofe_ner component")
+        try:
+            nlp, pipe = load_pipeline(path, component)
+        except ValueError as err:
+            raise ValueError(f"the teacher: {err}") from err
         missing = [label for label in labels if label not in pipe.labels]
         if missing:
             raise ValueError(f"the teacher {path} does not predict the labels {missing}; it has {list(pipe.labels)}")

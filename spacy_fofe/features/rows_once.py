@@ -9,35 +9,37 @@ them on the distinct rows only and copies each result to the tokens that share i
 the tokens' gradients back onto it in training), which is the same function, computed once.
 """
 
-from typing import List
+from typing import List, Sequence
 
 import numpy
 from spacy.tokens import Doc
-from thinc.api import Model
-from thinc.types import Floats2d
+from thinc.api import Model, list2ragged, ragged2list
+from thinc.types import Floats2d, Ints2d
 
 ROW_HASH_MULTIPLIER = numpy.uint64(0x9E3779B97F4A7C15)  # odd, so each step is a bijection of the hash
 
 
-def is_row_embedding(model: Model) -> bool:
-    """Whether model is chain(feature extractor, list2ragged, row layers..., ragged2list), the layout of
-    spaCy's MultiHashEmbed without static vectors."""
-    layers = model.layers
-    return len(layers) >= 4 and layers[1].name == "list2ragged" and layers[-1].name == "ragged2list"
+def embed_rows_once(extract: Model[List[Doc], List[Ints2d]], row_layers: Sequence[Model],
+                    nO: int) -> Model[List[Doc], List[Floats2d]]:
+    """chain(extract, list2ragged, *row_layers, ragged2list) run once per distinct feature row of a batch.
 
-
-def embed_rows_once(model: Model[List[Doc], List[Floats2d]]) -> Model[List[Doc], List[Floats2d]]:
-    """model's embedding with its row layers run once per distinct feature row of a batch.
-
-    model must be laid out as `is_row_embedding` says, and its row layers must map each row on its
-    own (hash tables, maxout, layer norm; dropout there would mask repeated rows alike). The new
-    node has model's layers, so pipelines saved with model load into it unchanged.
+    extract gives each doc's (tokens, columns) feature ids; row_layers map each row on its own to nO columns
+    (hash tables, maxout, layer norm; dropout there would mask repeated rows alike). The node has
+    the layers of that chain, spaCy's MultiHashEmbed layout, so pipelines saved with it load.
     """
-    if not is_row_embedding(model):
-        raise ValueError(f"embed_rows_once: {model.name!r} is not chain(feature extractor, list2ragged, "
-                         f"row layers..., ragged2list)")
-    dims = {name: model.maybe_get_dim(name) for name in model.dim_names}
-    return Model("embed_rows_once", _forward, init=model.init, layers=model.layers, dims=dims)
+    layers = [extract, list2ragged(), *row_layers, ragged2list()]
+    return Model("embed_rows_once", _forward, init=_init, layers=layers, dims={"nO": nO})
+
+
+def _init(model: Model, X=None, Y=None) -> None:
+    """As thinc's chain initializes the same layers: each with a sample of its input, when given."""
+    if X is None:
+        for layer in model.layers:
+            layer.initialize()
+        return
+    for layer in model.layers:
+        layer.initialize(X=X)
+        X = layer.predict(X)
 
 
 def distinct_rows(ids: numpy.ndarray):

@@ -8,14 +8,14 @@ import random
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-import spacy
 from spacy.tokens import Span
 from spacy.training import Example
 
+from ..pipeline.decoding import ALGORITHMS, Candidate, Level, decode, levels_from
+from ..pipeline.gold import gold_spans, same_tokens, unknown_labels_note
+from ..pipeline.loading import load_pipeline
+from ..pipeline.scoring import span_levels
 from .corpus import read_examples
-from .decoding import ALGORITHMS, Candidate, Level, decode, levels_from
-from .gold import gold_spans, same_tokens, unknown_labels_note
-from .scoring import span_levels
 
 GRID = [round(0.05 * i, 2) for i in range(2, 20)]  # 0.10 .. 0.95
 OBJECTIVES = ("span", "strict")
@@ -139,10 +139,7 @@ def tune_pipeline(model: Path, dev: Path, output: Path, component: str = "fofe_n
     if not 0.0 <= holdout < 1.0:
         raise ValueError(f"holdout is the share of dev docs to leave out of tuning, in [0, 1); got {holdout}")
     strict = objective == "strict"
-    nlp = spacy.load(model)
-    if component not in nlp.pipe_names:
-        raise ValueError(f"{model} has no component {component!r}; its components: {nlp.pipe_names}")
-    ner = nlp.get_pipe(component)
+    nlp, ner = load_pipeline(model, component)
     # spaCy's own reader, so examples (and their tokenization) are those `spacy evaluate` uses.
     examples = read_examples(dev, nlp, sentence_starts)
     log(f"Scoring {len(examples)} dev docs once with {component} ...")

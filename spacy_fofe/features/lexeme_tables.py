@@ -31,11 +31,10 @@ from spacy.lookups import Lookups
 from spacy.strings import get_string_id
 from spacy.tokens import Doc
 from spacy.util import load_language_data, registry
-from thinc.api import HashEmbed, Model, chain, concatenate, list2ragged, ragged2list, with_array
+from thinc.api import HashEmbed, Maxout, Model, chain, concatenate, with_array
 from thinc.types import Floats2d, Ints2d
 
-from .dense import Maxout
-from .rows_once import embed_rows_once, is_row_embedding
+from .rows_once import embed_rows_once
 
 MISSING = numpy.iinfo("int32").min  # the value of a word a table does not have: one shared row
 CLUSTER_TABLE = "lexeme_cluster"
@@ -102,14 +101,9 @@ def LexemeTablesEmbed(
     column_rows = [rows[t] for t in range(len(tables)) for _ in attrs]
     column_rows += [cluster_rows] * ((len(cluster_prefix_bits) + 2 * hyphen_parts) * len(attrs) + compound_heads)
     embeddings = [HashEmbed(width, n_rows, column=i, seed=101 + i, dropout=0.0) for i, n_rows in enumerate(column_rows)]
-    table_embed = embed_rows_once(chain(
-        lookup,
-        list2ragged(),
+    table_embed = embed_rows_once(lookup, [
         with_array(chain(concatenate(*embeddings), Maxout(width, width * len(column_rows), nP=3, normalize=True))),
-        ragged2list(),
-    ))
-    if is_row_embedding(embed):  # e.g. spaCy's MultiHashEmbed: its rows too are embedded once
-        embed = embed_rows_once(embed)
+    ], width)
     return Model("lexeme_tables_embed", _sum_forward, init=_sum_init, layers=[embed, table_embed], dims={"nO": width})
 
 

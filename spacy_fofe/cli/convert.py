@@ -22,7 +22,7 @@ from spacy.tokens import Doc, DocBin, Span
 from spacy.util import filter_spans
 from spacy.vocab import Vocab
 
-from .span_geometry import bounds_of, nested_flags
+from ..pipeline.span_geometry import bounds_of, nested_flags
 from .text_files import utf8_lines
 
 SpanTuple = Tuple[int, int, str]

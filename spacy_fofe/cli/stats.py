@@ -8,9 +8,9 @@ from typing import Dict, Optional, Set, Tuple
 
 from spacy.vocab import Vocab
 
-from .corpus import docbin_docs
-from .gold import gold_spans, on_whitespace
-from .span_geometry import bounds_of, crosses, depths
+from ..pipeline.gold import gold_spans, on_whitespace
+from ..pipeline.span_geometry import bounds_of, crosses, depths
+from ..training.corpus import docbin_docs
 
 
 @dataclass

@@ -1,0 +1,1 @@
+"""Training helpers: the cached corpus reader, teachers (distillation), ensembles, averaging, tuning the decoding."""
