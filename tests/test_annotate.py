@@ -45,7 +45,7 @@ def single_process(nlp, shards):
     for shard in shards:
         records = [r for r in (_try(line) for line in shard.read_text().splitlines()) if r and "text" in r]
         docs = nlp.pipe([r["text"] for r in records])
-        out[shard.stem] = [doc_record(doc, r["id"], key) for doc, r in zip(docs, records)]
+        out[shard.stem] = [doc_record(doc, r, key) for doc, r in zip(docs, records)]
     return out
 
 
@@ -104,6 +104,27 @@ def test_spacy_output_and_plain_text_shards(trained, saved, tmp_path):
     assert docs[0].spans["sc"].attrs["depths"] == expected.spans["sc"].attrs["depths"]
 
 
+def test_ids_keep_their_json_type_and_other_fields_pass_through(trained, saved, tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    records = [{"id": 0, "text": TEXTS[0], "meta": {"source": "a", "page": 3}}, {"id": None, "text": TEXTS[1]},
+               {"id": 17, "text": TEXTS[2], "lang": "en"}, {"text": TEXTS[3]}, {"id": "x", "text": TEXTS[4]}]
+    (folder / "typed.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n", encoding="utf8")
+    annotate(saved, folder, tmp_path / "out", workers=1, progress=False)
+    got = [json.loads(line) for line in (tmp_path / "out" / "typed.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in got] == [0, None, 17, "typed.jsonl:4", "x"]
+    assert got[0]["meta"] == {"source": "a", "page": 3} and got[2]["lang"] == "en"
+    assert [r["text"] for r in got] == TEXTS
+    expected = trained(TEXTS[0])
+    assert [s["text"] for s in got[0]["spans"]] == [s.text for s in expected.spans["sc"]]
+    annotate(saved, folder, tmp_path / "spacy-out", workers=1, fmt="spacy", progress=False)
+    from spacy.tokens import DocBin
+
+    docs = list(DocBin().from_disk(tmp_path / "spacy-out" / "typed.spacy").get_docs(trained.vocab))
+    assert [d.user_data["id"] for d in docs] == [0, None, 17, "typed.jsonl:4", "x"]
+    assert docs[0].user_data["meta"] == {"source": "a", "page": 3}
+
+
 def test_a_byte_order_mark_is_dropped_and_a_line_that_is_not_utf8_is_rejected(trained, saved, tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()
@@ -113,7 +134,7 @@ def test_a_byte_order_mark_is_dropped_and_a_line_that_is_not_utf8_is_rejected(tr
     assert (summary.docs, summary.rejects) == (2, 1)
     got = [json.loads(line) for line in (tmp_path / "out" / "mixed.jsonl").read_text().splitlines()]
     assert [r["id"] for r in got] == ["mixed.txt:1", "mixed.txt:3"]
-    assert [r["spans"] for r in got] == [doc_record(trained(text), "", "sc")["spans"]
+    assert [r["spans"] for r in got] == [doc_record(trained(text), {}, "sc")["spans"]
                                          for text in ("Ann Lee lives in Toronto .", "Bob visited Paris .")]
     rejects = [json.loads(line) for line in (tmp_path / "out" / "mixed.rejects.jsonl").read_text().splitlines()]
     assert [(r["line"], r["reason"], r["record"]) for r in rejects] == [

@@ -140,6 +140,48 @@ def test_evaluate_and_tune_name_a_missing_component(trained, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def model_commands(model, gold, out):
+    """Every fofe command that loads a pipeline, with `model` where the pipeline goes."""
+    return [["evaluate", model, gold], ["tune", model, gold, out], ["ensemble", out, model, model],
+            ["average", out, model, model], ["annotate", model, gold.parent / "shards", out]]
+
+
+def damage(folder):
+    """A saved pipeline whose fofe_ner weights are cut short, as an interrupted copy leaves them."""
+    weights = folder / "fofe_ner" / "model"
+    weights.write_bytes(weights.read_bytes()[:100])
+
+
+@pytest.mark.parametrize("problem", ["missing", "damaged", "not a pipeline"])
+def test_every_command_on_a_missing_or_damaged_pipeline_says_so_in_one_error_and_writes_nothing(
+        trained, tmp_path, problem):
+    gold = gold_file(trained, tmp_path / "dev.spacy", NESTED)
+    (tmp_path / "shards").mkdir()
+    (tmp_path / "shards" / "a.txt").write_text("Ann Lee lives in Toronto .\n", encoding="utf8")
+    model = tmp_path / "model"
+    if problem == "damaged":
+        trained.to_disk(model)
+        damage(model)
+    elif problem == "not a pipeline":
+        model.mkdir()
+        (model / "notes.txt").write_text("hello", encoding="utf8")
+    expected = {"missing": "no such pipeline", "damaged": "truncated, corrupted",
+                "not a pipeline": "cannot be loaded as a spaCy pipeline"}[problem]
+    for command in model_commands(model, gold, tmp_path / "out"):
+        result = run(*command)
+        assert result.exit_code == 1 and expected in said(result), (command, result.output)
+        assert "Traceback" not in result.output and result.output.count("✘") == 1, (command, result.output)
+        assert not (tmp_path / "out").exists(), command
+
+
+def test_annotate_without_dask_says_which_extra_to_install(trained, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed raises ImportError
+    trained.to_disk(tmp_path / "model")
+    result = run("annotate", tmp_path / "model", tmp_path, tmp_path / "out")
+    assert result.exit_code == 1 and "pip install 'spacy-fofe[dask]'" in said(result)
+    assert not (tmp_path / "out").exists()
+
+
 def test_tune_reports_progress_and_the_held_out_gain(trained, tmp_path):
     trained.to_disk(tmp_path / "model")
     gold = gold_file(trained, tmp_path / "dev.spacy", NESTED * 4)

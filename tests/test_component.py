@@ -105,7 +105,8 @@ def test_no_span_starts_or_ends_on_a_whitespace_token(trained):
         spans = [(c.start, c.end) for c in ner.candidates([doc], *ner.predict([doc]), ner.levels())[0]]
     finally:
         ner.cfg["threshold"] = 0.5
-    allowed = [(s, e) for s in range(len(doc)) for e in range(s + 1, min(s + 7, len(doc)) + 1)
+    n = ner.cfg["max_length"]
+    allowed = [(s, e) for s in range(len(doc)) for e in range(s + 1, min(s + n, len(doc)) + 1)
                if not doc[s].is_space and not doc[e - 1].is_space]
     assert sorted(spans) == allowed  # inner whitespace is fine ("Ann   Lee")
     assert all(not s[0].is_space and not s[-1].is_space for s in trained(doc).spans["sc"])
@@ -528,3 +529,49 @@ def test_stop_at_sentences_annotates_a_document_as_its_sentences_alone():
     fragments, _ = nlp.get_pipe("fofe_ner").predict([document])
     boundaries = numpy.flatnonzero(starts)
     assert not any(((s < boundaries) & (boundaries < e)).any() for _, s, e in fragments)
+
+
+def spans_of_lengths(nlp, lengths):
+    """Examples with one PER span of each given length (in tokens), each in its own doc."""
+    examples = []
+    for length in lengths:
+        words = ["w"] * (length + 2)
+        reference = Doc(nlp.vocab, words=words)
+        reference.spans["sc"] = [Span(reference, 1, 1 + length, "PER")]
+        examples.append(Example(Doc(nlp.vocab, words=words), reference))
+    return examples
+
+
+@pytest.mark.parametrize("lengths,expected", [
+    ([1] * 150 + [2] * 40 + [3] * 9 + [12], 3),   # 199 of 200 spans (99.5%) have at most 3 tokens
+    ([1] * 100 + [5] * 100, 5),
+    ([20] * 10, 16),                                # never more than 16: longer spans are warned
+])
+def test_max_length_null_picks_the_n_that_covers_the_training_spans(lengths, expected, capsys):
+    nlp = spacy.blank("en")
+    ner = nlp.add_pipe("fofe_ner", config={"model": SMALL_MODEL})
+    assert ner.cfg["max_length"] is None  # the default
+    examples = spans_of_lengths(nlp, lengths)
+    if expected == 16:
+        with pytest.warns(UserWarning, match="10 gold spans are longer than max_length=16"):
+            nlp.initialize(lambda: examples)
+    else:
+        nlp.initialize(lambda: examples)
+    assert ner.cfg["max_length"] == expected
+    share = sum(length <= expected for length in lengths) / len(lengths)
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"max_length = {expected}" in out and f"cover {100 * share:.2f}% of the {len(lengths)} training spans" in out
+    fragments = ner._fragments([nlp.make_doc(" ".join(["w"] * 20))])
+    assert (fragments[:, 2] - fragments[:, 1]).max() == expected
+
+
+def test_an_explicit_max_length_is_kept_and_a_saved_pick_reloads(tmp_path):
+    nlp = spacy.blank("en")
+    ner = nlp.add_pipe("fofe_ner", config={"model": SMALL_MODEL, "max_length": 9})
+    nlp.initialize(lambda: spans_of_lengths(nlp, [1, 2]))
+    assert ner.cfg["max_length"] == 9
+    nlp = spacy.blank("en")
+    ner = nlp.add_pipe("fofe_ner", config={"model": SMALL_MODEL})
+    nlp.initialize(lambda: spans_of_lengths(nlp, [1, 2, 2]))
+    nlp.to_disk(tmp_path / "picked")
+    assert spacy.load(tmp_path / "picked").get_pipe("fofe_ner").cfg["max_length"] == 2

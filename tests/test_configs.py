@@ -32,6 +32,8 @@ PER_USE = {
     "training.dropout": "as the model's dropout",
     "training.optimizer.L2": "GermEval's hash tables need more weight decay (see its comment)",
     "training.max_steps": "corpus size",
+    "components.fofe_ner.max_length": "n covers a corpus's spans; the demo, the template for other data, picks it (null)",
+    "components.fofe_ner.max_length": "n covers a corpus's spans; the demo, the template for other data, picks it (null)",
     "training.patience": "corpus size",
     "training.eval_frequency": "corpus size",
     "training.batcher.size.stop": "the demo corpus is tiny",

@@ -134,7 +134,7 @@ def test_jsonl_round_trip_and_cli(tmp_path):
     source = tmp_path / "data.jsonl"
     records = [{"tokens": ["Bank", "of", "Paris"], "spans": [[0, 3, "ORG"], [2, 3, "LOC"]]}, {"tokens": ["x"]}]
     source.write_text("\n".join(json.dumps(r) for r in records) + "\n\n", encoding="utf8")
-    result = run("convert", source, tmp_path / "j.spacy", "--format", "jsonl", "--no-ents")
+    result = run("convert", source, tmp_path / "j.spacy", "--no-ents")  # .jsonl is read as JSON lines
     assert result.exit_code == 0, result.output
     assert "2 docs, 4 tokens, 2 spans (1 nested" in result.output and "DROPPED" not in result.output
     docs = read_back(tmp_path / "j.spacy")
@@ -214,12 +214,12 @@ def test_a_column_without_entity_tags_is_an_error_naming_it_and_nothing_is_writt
 def test_a_jsonl_file_without_records_or_spans_is_an_error_and_nothing_is_written(tmp_path, content, message):
     source = tmp_path / "empty.jsonl"
     source.write_text(content, encoding="utf8")
-    result = run("convert", source, tmp_path / "out.spacy", "--format", "jsonl")
+    result = run("convert", source, tmp_path / "out.spacy", "--format", "jsonl", "--lang", "en")
     assert result.exit_code == 1 and re.search(message, " ".join(result.output.split())), result.output
     assert not (tmp_path / "out.spacy").exists()
     # A span that is dropped (misaligned) still counts as one: that file converts, with its report.
     source.write_text(json.dumps({"text": "Ann Lee", "spans": [[0, 5, "PER"]]}), encoding="utf8")
-    result = run("convert", source, tmp_path / "out.spacy", "--format", "jsonl")
+    result = run("convert", source, tmp_path / "out.spacy", "--format", "jsonl", "--lang", "en")
     assert result.exit_code == 0 and "1 spans were dropped" in result.output, result.output
 
 
@@ -249,6 +249,19 @@ PRODIGY = [
 ]
 
 
+def test_text_needs_a_language_or_a_pipeline_and_a_pipeline_names_its_own(tmp_path):
+    source = tmp_path / "text.jsonl"
+    source.write_text(json.dumps({"text": "Visit Rome now", "spans": [[6, 10, "LOC"]]}) + "\n", encoding="utf8")
+    result = run("convert", source, tmp_path / "out.spacy")
+    assert result.exit_code == 1 and "give --lang (e.g. en) or --model" in " ".join(result.output.split())
+    assert not (tmp_path / "out.spacy").exists()
+    spacy.blank("de").to_disk(tmp_path / "german")
+    result = run("convert", source, tmp_path / "out.spacy", "--model", tmp_path / "german")
+    assert result.exit_code == 0 and "tokenizer (language 'de')" in " ".join(result.output.split()), result.output
+    result = run("convert", source, tmp_path / "out2.spacy", "--lang", "no-such-language")
+    assert result.exit_code == 1 and "--lang no-such-language" in result.output
+
+
 def test_prodigy_and_spacy_jsonl_keep_text_and_count_what_is_dropped(tmp_path):
     source = tmp_path / "prodigy.jsonl"
     source.write_text("\n".join(json.dumps(r) for r in PRODIGY) + "\n", encoding="utf8")
@@ -274,7 +287,7 @@ def test_prodigy_and_spacy_jsonl_keep_text_and_count_what_is_dropped(tmp_path):
 def test_bad_jsonl_is_an_error_naming_the_line_and_nothing_is_written(tmp_path, line, message):
     source = tmp_path / "bad.jsonl"
     source.write_text(line + "\n", encoding="utf8")
-    result = run("convert", source, tmp_path / "out.spacy", "--format", "jsonl")
+    result = run("convert", source, tmp_path / "out.spacy", "--lang", "en")  # .jsonl: read as JSON lines
     assert result.exit_code == 1
     assert re.search(message, " ".join(result.output.split())), result.output
     assert not (tmp_path / "out.spacy").exists()

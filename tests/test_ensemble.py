@@ -41,7 +41,7 @@ def member_paths(tmp_path_factory):
 
 def test_a_merged_pipeline_averages_its_members_finds_the_spans_and_round_trips(member_paths, tmp_path):
     alone = [fragment_scores(spacy.load(path)) for path in member_paths]
-    assert numpy.abs(alone[0] - alone[1]).max() > 1e-3, "members that score alike would make the mean vacuous"
+    assert numpy.abs(alone[0] - alone[1]).max() > 1e-4, "members that score alike would make the mean vacuous"
     merged = merge_pipelines(member_paths)
     numpy.testing.assert_allclose(fragment_scores(merged), (alone[0] + alone[1]) / 2, rtol=1e-5, atol=1e-6)
     assert merged.config["components"]["fofe_ner"]["model"]["@architectures"] == ARCHITECTURE

@@ -57,6 +57,8 @@ def test_the_pipeline_package_and_spacy_fofe_install_offline_and_load(trained, t
         metadata = wheel.read(next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))).decode()
     requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist: spacy-fofe")]
     assert len(requires) == 1 and "[" not in requires[0]  # its config needs no extra
+    major, minor = spacy.__version__.split(".")[:2]  # any patch release of the builder's spaCy minor version
+    assert f"Requires-Dist: spacy<{major}.{int(minor) + 1}.0,>={major}.{minor}.0" in metadata.splitlines(), metadata
     python = fresh_venv_with_dependencies(tmp_path / "fresh")
     missing = subprocess.run([str(python), "-c", "import spacy_fofe"], capture_output=True, text=True, cwd=tmp_path)
     assert missing.returncode != 0  # the fresh venv does not see this checkout's spacy-fofe

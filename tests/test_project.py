@@ -110,7 +110,8 @@ def test_ablation_variants_change_only_what_they_name(tmp_path):
     for option in ("hyphen_parts", "compound_heads"):
         assert ablation.variant_config(base, f"-{option}") is None  # conll.cfg has neither
     german = load_config(ROOT / "configs" / "germeval.cfg")["components"]["fofe_ner"]["model"]["tok2vec"]
-    for option in ("hyphen_parts", "compound_heads"):
+    assert ablation.variant_config(ROOT / "configs" / "germeval.cfg", "-compound_heads") is None  # off there
+    for option in ("hyphen_parts",):
         assert german["*"]["tables"][option]
         changed = ablation.variant_config(ROOT / "configs" / "germeval.cfg", f"-{option}")
         changed_tables = changed["components"]["fofe_ner"]["model"]["tok2vec"]["*"]["tables"]

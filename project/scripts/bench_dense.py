@@ -1,5 +1,5 @@
 """Time the scorer's dense math two ways on CPU: thinc's NumpyOps (blis products, its own ReLU)
-against spacy_fofe.dense (numpy's matmul and maximum), forward and backward, on the shapes of
+against spacy_fofe.ml.ops.NumpyBlasOps (numpy's matmul and maximum), forward and backward, on the shapes of
 one batch: the first layer's projection of the position codes and the hidden and output layers
 over every fragment. Prints seconds per batch and the ratio.
 
@@ -12,9 +12,10 @@ import time
 import numpy
 from thinc.api import NumpyOps
 
-from spacy_fofe import dense
+from spacy_fofe.ml.ops import NumpyBlasOps
 
 ops = NumpyOps()
+numpy_ops = NumpyBlasOps()
 
 
 class Thinc:
@@ -24,9 +25,9 @@ class Thinc:
 
 
 class Numpy:
-    gemm = staticmethod(lambda x, y, **kw: dense.gemm(ops, x, y, **kw))
-    relu = staticmethod(lambda X: dense.relu(ops, X, inplace=True))
-    backprop_relu = staticmethod(lambda dY, Y: dense.backprop_relu(ops, dY, Y))
+    gemm = staticmethod(numpy_ops.gemm)
+    relu = staticmethod(lambda X: numpy_ops.relu(X, inplace=True))
+    backprop_relu = staticmethod(numpy_ops.backprop_relu)
 
 
 def layer(impl, X, W, relu=True):

@@ -15,7 +15,7 @@ Rows: each seed alone, each ensemble; their means by size answer "what does a us
 models", since a single ensemble's figure hides the seed noise. Words/s: `nlp.pipe` over the test
 texts, batch 1000, best of 3 (as scripts/benchmark.py measures), in --speed-rounds alternating
 rounds, the best kept; the cost of an ensemble is its ratio to the first seed alone. When the
-pipeline runs components before fofe_ner (conll_accurate.cfg's OntoNotes ner), they are also timed
+pipeline runs components before fofe_ner (conll_transformer.cfg's OntoNotes ner), they are also timed
 alone, so the table says what fofe_ner adds to them.
 Writes OUT/ensemble.json and the corpus's "Ensemble" section of project/RESULTS.md (--section
 names another, for a second config on the same corpus).

@@ -3,12 +3,12 @@
     python scripts/package.py MODEL OUTPUT --name fofe_ner_conll [--version 0.1.0]
 
 OUTPUT/dist then holds spacy_fofe-*.whl and the pipeline's wheel (from `spacy package`, which
-declares spacy-fofe as a requirement), so on another machine
-`pip install --no-index --find-links OUTPUT/dist <lang>_<name>` installs both (spaCy and its
-dependencies from the index or another wheel folder). A pipeline whose config needs an extra of
-spacy-fofe where it runs (the USE features: `use`) requires spacy-fofe with that extra, so pip
-installs its packages too. Builds run without build isolation, so they need no network:
-setuptools and wheel must be installed (the `package` extra).
+declares spacy-fofe and spaCy of this minor version as requirements), so on another machine
+`pip install --find-links OUTPUT/dist <lang>_<name>` installs both, and spaCy and its dependencies
+from the package index (add `--no-index` only where they are installed already). A pipeline
+whose config needs an extra of spacy-fofe where it runs (the USE features: `use`) requires
+spacy-fofe with that extra, so pip installs its packages too. Builds run without build
+isolation, so they need no network: setuptools and wheel must be installed (the `package` extra).
 """
 
 import argparse
@@ -21,6 +21,7 @@ from pathlib import Path
 import spacy
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 import spacy_fofe
 
@@ -59,12 +60,16 @@ def package(model: Path, output: Path, name: str, version: str) -> Path:
     meta = spacy.util.load_meta(model / "meta.json")
     others = [r for r in meta.get("requirements", []) if canonicalize_name(Requirement(r).name) != "spacy-fofe"]
     meta["requirements"] = [*others, fofe_requirement((model / "config.cfg").read_text())]
+    # spacy package would require the builder's spaCy patch release or later; any of its minor version loads it.
+    release = Version(spacy.__version__).release
+    meta["spacy_version"] = f">={release[0]}.{release[1]}.0,<{release[0]}.{release[1] + 1}.0"
     (output / "meta.json").write_text(json.dumps(meta, indent=2))
     subprocess.run([sys.executable, "-m", "spacy", "package", str(model), str(output), "--name", name,
                     "--version", version, "--build", "none", "--force", "--meta-path", str(output / "meta.json")],
                    check=True)
     build_wheel(output / f"{meta['lang']}_{name}-{version}", dist)
     print(f"Wheels in {dist}: {', '.join(sorted(p.name for p in dist.glob('*.whl')))}")
+    print(f"Install elsewhere: pip install --find-links {dist} {meta['lang']}_{name}")
     return dist
 
 

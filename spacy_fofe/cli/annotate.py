@@ -204,18 +204,18 @@ def annotate_shard(shard: str, *, pipeline: str, output: str, batch_size: int = 
     token = uuid.uuid4().hex
     tmp_out, tmp_rejects = (path.with_name(f"{path.name}.tmp-{token}") for path in (out_path, rejects_path))
     key = _spans_key(nlp)
-    texts = ((text, doc_id) for doc_id, text in records)
+    texts = ((text, fields) for fields, text in records)
     annotated = _counted(nlp.pipe(texts, batch_size=batch_size, as_tuples=True), result)
     if fmt == "jsonl":
         with tmp_out.open("w", encoding="utf8") as file:
-            file.writelines(json.dumps(doc_record(doc, doc_id, key), ensure_ascii=False) + "\n"
-                            for doc, doc_id in annotated)
+            file.writelines(json.dumps(doc_record(doc, fields, key), ensure_ascii=False) + "\n"
+                            for doc, fields in annotated)
     else:
         from spacy.tokens import DocBin
 
         doc_bin = DocBin(store_user_data=True)
-        for doc, doc_id in annotated:
-            doc.user_data["id"] = doc_id
+        for doc, fields in annotated:
+            doc.user_data.update((name, value) for name, value in fields.items() if name != "text")
             doc_bin.add(doc)
         doc_bin.to_disk(tmp_out)
     with tmp_rejects.open("w", encoding="utf8") as file:
@@ -230,11 +230,11 @@ def annotate_shard(shard: str, *, pipeline: str, output: str, batch_size: int = 
 
 
 def _counted(annotated, result: ShardResult):
-    """Pass (doc, id) pairs through, counting docs and words into `result`."""
-    for doc, doc_id in annotated:
+    """Pass (doc, record fields) pairs through, counting docs and words into `result`."""
+    for doc, fields in annotated:
         result.docs += 1
         result.words += len(doc)
-        yield doc, doc_id
+        yield doc, fields
 
 
 def _spans_key(nlp) -> Optional[str]:
@@ -244,9 +244,10 @@ def _spans_key(nlp) -> Optional[str]:
     return None
 
 
-def doc_record(doc, doc_id, spans_key: Optional[str]) -> dict:
-    """A doc's annotations as JSON: every span of every level with its label, score and depth
-    (fofe_ner's group), else the entities; character and token offsets."""
+def doc_record(doc, fields: dict, spans_key: Optional[str]) -> dict:
+    """The record's fields as given (its "id" of any JSON type, its text, anything else) and the doc's
+    annotations under "spans": every span of every level with its label, score and depth (fofe_ner's
+    group), else the entities; character and token offsets."""
     if spans_key is not None and spans_key in doc.spans:
         group = doc.spans[spans_key]
         scores = group.attrs.get("scores") or [None] * len(group)
@@ -256,27 +257,28 @@ def doc_record(doc, doc_id, spans_key: Optional[str]) -> dict:
         items = [(ent, None, 0) for ent in doc.ents]
     spans = [{"start": s.start_char, "end": s.end_char, "token_start": s.start, "token_end": s.end,
               "label": s.label_, "text": s.text, "score": score, "depth": int(depth)} for s, score, depth in items]
-    return {"id": doc_id, "spans": spans}
+    return {**fields, "spans": spans}
 
 
-def read_shard(path: Path, nlp) -> Tuple[Iterator[Tuple[str, str]], List[dict]]:
-    """(id, text) of every good record of a shard, read as they are consumed, and the list the
-    bad records (shard, line, reason, record) are added to on the way."""
+def read_shard(path: Path, nlp) -> Tuple[Iterator[Tuple[dict, str]], List[dict]]:
+    """(fields, text) of every good record of a shard, read as they are consumed, and the list the
+    bad records (shard, line, reason, record) are added to on the way. The fields are the record's
+    own, its "id" as given; a record without one gets "SHARD:LINE" (a .spacy doc: "SHARD:INDEX")."""
     rejects: List[dict] = []
 
-    def records() -> Iterator[Tuple[str, str]]:
+    def records() -> Iterator[Tuple[dict, str]]:
         if path.suffix == ".spacy":
             from ..training.corpus import docbin_docs
 
             for i, doc in enumerate(docbin_docs(path, nlp.vocab)):
-                yield str(doc.user_data.get("id", f"{path.name}:{i}")), doc.text
+                yield {"id": doc.user_data.get("id", f"{path.name}:{i}")}, doc.text
             return
         for number, line, not_utf8 in text_lines(path):
             reason, record = (not_utf8, None) if not_utf8 else _parse(line, path.suffix)
             if reason is not None:
                 rejects.append({"shard": path.name, "line": number, "reason": reason, "record": line})
             else:
-                yield str(record.get("id", f"{path.name}:{number}")), record["text"]
+                yield {"id": f"{path.name}:{number}", **record}, record["text"]
 
     return records(), rejects
 

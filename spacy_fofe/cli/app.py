@@ -84,12 +84,30 @@ def import_code(code_path: Optional[Path]) -> None:
         msg.fail(f"Couldn't load Python code: {code_path}", str(err), exits=1)
 
 
+def _tokenizer(lang: Optional[str], model: Optional[str]):
+    """The tokenizer that splits JSON lines with text: --model's (its language printed), or --lang's."""
+    if model is not None:
+        try:
+            nlp = spacy.load(model)
+        except (OSError, ValueError, ImportError) as err:
+            raise ValueError(f"--model {model} cannot be loaded: {' '.join(str(err).split())[:200]}") from err
+        msg.info(f"Text is split by {model}'s tokenizer (language {nlp.lang!r})")
+        return nlp.tokenizer
+    if lang is not None:
+        try:
+            return spacy.blank(lang).tokenizer
+        except ImportError as err:
+            raise ValueError(f"--lang {lang}: spaCy has no such language") from err
+    return None  # records with tokens need none; one with text is an error that says to give --lang or --model
+
+
 @fofe_cli.command("convert")
 def convert_cli(
     # fmt: off
     input_path: Path = Arg(..., help="Corpus file: CoNLL-style columns or JSON lines", exists=True, dir_okay=False),
     output_path: Path = Arg(..., help="The .spacy file to write", dir_okay=False),
-    file_format: Format = Opt(Format.columns, "--format", "-f", help="Input format"),
+    file_format: Optional[Format] = Opt(None, "--format", "-f", help="Input format (default: jsonl for a .jsonl or "
+                                        ".json file, else columns)"),
     token_column: int = Opt(0, "--token-column", help="Column of the token (0-based; negative counts from the end)"),
     tag_columns: str = Opt("-1", "--tag-columns", help="Tag columns, outer level first (GermEval: 1,2)"),
     scheme: Scheme = Opt(Scheme.iob2, "--scheme", help="iob1 (CoNLL-2003) or iob2 (BIO; IOBES, BILUO read too)"),
@@ -97,7 +115,8 @@ def convert_cli(
     spans_key: str = Opt("sc", "--spans-key", "-sk", help="Write the spans to doc.spans[KEY]"),
     no_ents: bool = Opt(False, "--no-ents", help="Do not also write the outer level to doc.ents"),
     max_length: int = Opt(7, "--max-length", "-n", help="n: report the spans longer than this"),
-    lang: str = Opt("xx", "--lang", help="Language whose tokenizer splits JSON lines that have text, not tokens"),
+    lang: Optional[str] = Opt(None, "--lang", help="Language whose tokenizer splits JSON lines that have text, not "
+                              "tokens (e.g. en)"),
     model: Optional[str] = Opt(None, "--model", help="A pipeline whose tokenizer splits such text (instead of --lang)"),
     docs: bool = Opt(False, "--docs", help="A doc per document (from one -DOCSTART- line to the next, sentence "
                      "starts kept), not per sentence"),
@@ -116,11 +135,12 @@ def convert_cli(
                              "output.")
         if max_length < 1:
             raise ValueError(f"--max-length must be at least 1, got {max_length}")
+        if file_format is None:
+            file_format = Format.jsonl if input_path.suffix.lower() in (".jsonl", ".json") else Format.columns
         if docs and file_format == Format.jsonl:
             raise ValueError("--docs groups the sentences of a column file; a JSON line is already one doc")
         if file_format == Format.jsonl:
-            tokenizer = (spacy.load(model) if model else spacy.blank(lang)).tokenizer
-            records = converters.read_jsonl(input_path, tokenizer)
+            records = converters.read_jsonl(input_path, _tokenizer(lang, model))
         else:
             columns = _column_numbers(tag_columns)
             sep = "\t" if separator in ("tab", "\\t") else separator
@@ -391,6 +411,12 @@ def annotate_cli(
     from .annotate import annotate
 
     try:
+        import distributed  # noqa: F401  (the workers' package, before any work starts)
+    except ImportError:
+        _fail(ValueError("annotate runs on Dask, which is not installed: pip install 'spacy-fofe[dask]'"))
+    import_code(code_path)
+    try:
+        load_pipeline(pipeline)  # a missing or damaged pipeline is one error here, not one per worker
         summary = annotate(pipeline, inputs, output, workers=workers, scheduler=scheduler, batch_size=batch_size,
                            gpu_id=use_gpu, fmt=output_format.value, code=str(code_path) if code_path else None)
     except (ValueError, OSError) as err:

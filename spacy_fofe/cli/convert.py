@@ -332,7 +332,8 @@ def _jsonl_record(line: str, where: str, tokenizer, vocab: Vocab) -> Record:
         doc = Doc(vocab, words=words, spaces=spaces)
     elif isinstance(record.get("text"), str):
         if tokenizer is None:
-            raise ValueError(f"{where}: a record with \"text\" and no \"tokens\" needs a tokenizer")
+            raise ValueError(f"{where}: a record with \"text\" and no \"tokens\" is split into tokens by a language's "
+                             "tokenizer: give --lang (e.g. en) or --model (a pipeline whose tokenizer to use)")
         doc = tokenizer(record["text"])
         words, spaces = [t.text for t in doc], [bool(t.whitespace_) for t in doc]
     else:

@@ -22,6 +22,7 @@ from spacy.util import filter_spans
 from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 from thinc.types import Floats2d
+from wasabi import msg
 
 from ..ml.fragments import edge_flagged, enumerate_fragments, fragment_targets, sample_fragments, within_sentences
 from ..ml.model import context_tokens, is_v1_layout, members, read_v1_weights, reads_listener, stops_at_sentences
@@ -52,6 +53,11 @@ rows = [5000, 1000, 2500, 2500]
 include_static_vectors = false
 """
 DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
+# With max_length null, initialize picks the smallest n whose fragments cover this share of the
+# training spans, at most LONGEST tokens (the cost of scoring grows with n).
+COVERAGE = 0.995
+LONGEST = 16
+UNSEEN_LENGTH = 7  # n when the training data has no spans (labels given, a teacher's targets alone)
 # Longer docs are scored in windows of this many tokens (plus context), so memory stays bounded.
 WINDOW_TOKENS = 8192
 # What a window doc copies from its doc besides the words: the token attributes a tok2vec may read
@@ -72,7 +78,7 @@ def make_fofe_ner(
     name: str,
     model: Model,
     spans_key: str,
-    max_length: int,
+    max_length: Optional[int],
     threshold: float,
     label_thresholds: Dict[str, float],
     decoding: str,
@@ -450,7 +456,7 @@ class FOFENER(TrainablePipe):
             `spacy fofe average` (see spacy_fofe/training/averaging.py).
         """
         validate_get_examples(get_examples, "FOFENER.initialize")
-        stats = GoldStats(self.cfg["max_length"])
+        stats = GoldStats()
         for eg in get_examples():
             stats.add(eg, aligned_gold(eg, self.key), gold_spans(eg.reference, self.key))
         if labels is None:
@@ -463,12 +469,22 @@ class FOFENER(TrainablePipe):
                 f"doc.spans[{self.key!r}] or doc.ents. Check spans_key, or pass labels to initialize "
                 f"([initialize.components.{self.name}.labels])."
             )
-        stats.warn(self.name)
         if not 0.0 < teacher_weight <= 1.0:
             raise ValueError(f"[{self.name}] teacher_weight must be in (0, 1], got {teacher_weight}")
-        if teacher is not None:
+        if self.cfg["max_length"] is None:
+            self.cfg["max_length"] = stats.covering_length(COVERAGE, LONGEST)
+            if self.cfg["max_length"] is not None:
+                msg.info(f"[{self.name}] max_length = {self.cfg['max_length']}: fragments of up to that many tokens "
+                         f"cover {100 * stats.share_within(self.cfg['max_length']):.2f}% of the "
+                         f"{sum(stats.lengths.values())} training spans")
+        if teacher is not None:  # with no spans to choose n from, the student asks what the teacher scores
             self._teacher = Teacher(teacher, self.name, self.labels, self.vocab, teacher_weight,
                                     max_length=self.cfg["max_length"], sentences=teacher_sentences)
+            self.cfg["max_length"] = self._teacher.max_length
+        if self.cfg["max_length"] is None:
+            self.cfg["max_length"] = UNSEEN_LENGTH
+            msg.info(f"[{self.name}] max_length = {UNSEEN_LENGTH}: the training data has no spans to choose it from")
+        stats.warn(self.name, self.cfg["max_length"])
         if self.cfg["nested"] is None:
             self.cfg["nested"] = stats.nested > 0
         sample = list(islice(get_examples(), 10))

@@ -59,10 +59,9 @@ def aligned_gold(eg: Example, spans_key: str) -> List[Span]:
 class GoldStats:
     """What initialize reports about the gold spans: labels, and spans the model cannot learn."""
 
-    def __init__(self, max_length: int):
-        self.max_length = max_length
+    def __init__(self):
         self.labels: set = set()
-        self.too_long: Counter = Counter()
+        self.lengths: Counter = Counter()  # (label, tokens) -> spans
         self.nested = self.crossing = self.duplicates = self.multi_label = self.misaligned = self.on_space = 0
 
     def add(self, eg: Example, aligned: List[Span], original) -> None:
@@ -70,8 +69,7 @@ class GoldStats:
         seen: Dict[Tuple[int, int], str] = {}
         for span in aligned:
             self.labels.add(span.label_)
-            if len(span) > self.max_length:
-                self.too_long[span.label_] += 1
+            self.lengths[span.label_, len(span)] += 1
             self.on_space += on_whitespace(span)
             key = (span.start, span.end)
             if key in seen:
@@ -91,11 +89,32 @@ class GoldStats:
                     self.crossing += 1
                 j += 1
 
-    def warn(self, name: str) -> None:
-        if self.too_long:
-            per_label = ", ".join(f"{label}: {n}" for label, n in sorted(self.too_long.items()))
-            warnings.warn(f"[{name}] {sum(self.too_long.values())} gold spans are longer than max_length="
-                          f"{self.max_length} tokens and can never be predicted ({per_label}). "
+    def covering_length(self, coverage: float, longest: int) -> Optional[int]:
+        """The smallest n such that spans of at most n tokens are `coverage` of the spans, at most `longest`;
+        None without spans."""
+        per_length = Counter()
+        for (_, length), count in self.lengths.items():
+            per_length[length] += count
+        total, covered = sum(per_length.values()), 0
+        for length in sorted(per_length):
+            covered += per_length[length]
+            if covered >= coverage * total:
+                return max(1, min(length, longest))
+        return None
+
+    def share_within(self, max_length: int) -> float:
+        total = sum(self.lengths.values())
+        return sum(n for (_, length), n in self.lengths.items() if length <= max_length) / total if total else 1.0
+
+    def warn(self, name: str, max_length: int) -> None:
+        too_long = Counter()
+        for (label, length), count in self.lengths.items():
+            if length > max_length:
+                too_long[label] += count
+        if too_long:
+            per_label = ", ".join(f"{label}: {n}" for label, n in sorted(too_long.items()))
+            warnings.warn(f"[{name}] {sum(too_long.values())} gold spans are longer than max_length="
+                          f"{max_length} tokens and can never be predicted ({per_label}). "
                           "Raise max_length to cover them.", stacklevel=2)
         notes = [
             (self.crossing, "pairs of gold spans cross each other (overlap without nesting); both are "

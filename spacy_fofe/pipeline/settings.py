@@ -20,7 +20,8 @@ class Settings:
     spans_key: where the spans go (doc.spans[spans_key]); gold is read from the same key,
         or from doc.ents when a reference doc has no such group.
     max_length: n, the longest fragment scored. Longer gold spans cannot be found (counted
-        and warned at initialize).
+        and warned at initialize). None: initialize picks the smallest n that covers 99.5%
+        of the training spans, at most 16, and prints it (component.COVERAGE, LONGEST).
     threshold: the lowest probability of a fragment's best label that makes it a candidate;
         label_thresholds overrides it per label.
     decoding: "nesting-aware" (all levels in one pass by descending score; a candidate
@@ -47,7 +48,7 @@ class Settings:
     """
 
     spans_key: str = "sc"
-    max_length: int = 7
+    max_length: Optional[int] = None
     threshold: float = 0.5
     label_thresholds: Dict[str, float] = field(default_factory=dict)
     decoding: str = "nesting-aware"
@@ -70,8 +71,10 @@ class Settings:
 
         for setting in ("max_length", "max_depth"):
             value = getattr(self, setting)
+            if setting == "max_length" and value is None:
+                continue  # chosen from the training spans at initialize
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                fail(setting, "must be an integer >= 1")
+                fail(setting, "must be an integer >= 1" + (" or null" if setting == "max_length" else ""))
         for setting in ("threshold", "overlap_rate", "disjoint_rate"):
             if not _is_probability(getattr(self, setting)):
                 fail(setting, "must be in [0, 1]")
