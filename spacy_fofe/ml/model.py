@@ -127,7 +127,8 @@ def _build(tok2vec: Model, groups: List[str], hidden_width: int, depth: int, dro
         refs={"codes": codes, "tok2vec": tok2vec, "projection": projection, "word_codes": word_codes,
               "char_codes": char_codes, "scorer": scorer, "output": output},
         dims={"nO": nO},
-        attrs={"chunk_cells": CHUNK_CELLS, "groups": groups},
+        attrs={"chunk_cells": CHUNK_CELLS, "groups": groups,
+               "reads_listener": any(_is_listener(node) for node in tok2vec.walk())},
     )
     return with_cpu_ops(model)
 
@@ -167,7 +168,20 @@ def stops_at_sentences(model: Model[InT, Floats2d]) -> bool:
 
 def reads_listener(model: Model) -> bool:
     """Whether the model reads a shared tok2vec or transformer (a listener) instead of its own."""
-    return any("listener" in node.name for node in model.walk())
+    return any(member.attrs.get("reads_listener", False) for member in members(model))
+
+
+def _is_listener(node: Model) -> bool:
+    """A spaCy Tok2VecListener, or spacy-transformers' TransformerListener (by their public classes)."""
+    from spacy.pipeline.tok2vec import Tok2VecListener
+
+    if isinstance(node, Tok2VecListener):
+        return True
+    try:
+        from spacy_transformers.layers import TransformerListener
+    except ImportError:
+        return False
+    return isinstance(node, TransformerListener)
 
 
 def context_tokens(model: Model[InT, Floats2d]) -> int:

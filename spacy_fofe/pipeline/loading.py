@@ -28,8 +28,10 @@ def load_pipeline(path: Union[str, Path], component: str = "fofe_ner") -> Tuple[
         nlp = spacy.load(name)
     except ImportError as err:
         missing = (err.name or "").split(".")[0]
+        if not missing:  # a layer's own message, which names what to install
+            raise ValueError(f"{name}: {' '.join(str(err).split())}") from err
         extra = f" (pip install 'spacy-fofe[{EXTRAS[missing]}]')" if missing in EXTRAS else ""
-        raise ValueError(f"{name} needs the package {missing or err}, which is not installed{extra}") from err
+        raise ValueError(f"{name} needs the package {missing}, which is not installed{extra}") from err
     except (OSError, ValueError, KeyError, TypeError, IndexError, EOFError) as err:
         detail = " ".join(str(err).split())[:300]
         raise ValueError(f"{name} cannot be loaded as a spaCy pipeline: its files are missing, truncated or "
