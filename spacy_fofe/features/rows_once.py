@@ -9,14 +9,35 @@ them on the distinct rows only and copies each result to the tokens that share i
 the tokens' gradients back onto it in training), which is the same function, computed once.
 """
 
-from typing import List, Sequence
+from typing import List, Sequence, Union
 
 import numpy
+from spacy.attrs import intify_attr
 from spacy.tokens import Doc
 from thinc.api import Model, list2ragged, ragged2list
 from thinc.types import Floats2d, Ints2d
 
 ROW_HASH_MULTIPLIER = numpy.uint64(0x9E3779B97F4A7C15)  # odd, so each step is a bijection of the hash
+
+
+def TokenIds(attrs: Sequence[Union[str, int]]) -> Model[List[Doc], List[numpy.ndarray]]:
+    """Each doc's token attribute ids (spaCy's FeatureExtractor: the same node name and attrs), kept as
+    numpy arrays on the host: `embed_rows_once` joins them and sends only the distinct rows to the
+    model's device, so a batch costs the same array operations however many docs it has."""
+    return Model("extract_features", _ids_forward, attrs={"columns": [intify_attr(attr) for attr in attrs]})
+
+
+def _ids_forward(model: Model, docs: List[Doc], is_train: bool):
+    columns = model.attrs["columns"]
+    ids = [doc.to_array(columns).reshape((len(doc), len(columns))).astype("uint64", copy=False) for doc in docs]
+    return ids, lambda d_ids: []
+
+
+def host_ids(ops, features: List) -> numpy.ndarray:
+    """The docs' id arrays as one host array (one transfer when a layer before left them on a device)."""
+    if all(isinstance(array, numpy.ndarray) for array in features):
+        return numpy.concatenate(features) if features else numpy.zeros((0, 0), dtype="uint64")
+    return ops.to_numpy(ops.xp.concatenate(features))
 
 
 def embed_rows_once(extract: Model[List[Doc], List[Ints2d]], row_layers: Sequence[Model],
@@ -70,7 +91,7 @@ def _forward(model: Model, docs: List[Doc], is_train: bool):
     if sum(lengths) == 0:
         width = model.get_dim("nO")
         return [ops.alloc2f(n, width) for n in lengths], lambda d_vectors: []
-    ids = ops.to_numpy(ops.xp.concatenate(features))
+    ids = host_ids(ops, features)
     rows, inverse = distinct_rows(ids)
     vectors = ops.asarray(rows)
     backprops = []

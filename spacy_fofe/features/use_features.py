@@ -359,7 +359,13 @@ def _token_rows(model: Model, docs: List[Doc], token_rows: numpy.ndarray, doc_ro
     if doc_rows is not None:
         out += doc_rows[numpy.repeat(numpy.arange(len(docs)), doc_lengths)]
     out += bias
-    return [model.ops.asarray2f(x) for x in numpy.split(out, numpy.cumsum(doc_lengths)[:-1])]
+    return _per_doc(model.ops, out, doc_lengths)
+
+
+def _per_doc(ops, rows: numpy.ndarray, doc_lengths: numpy.ndarray) -> List[Floats2d]:
+    """The rows of all docs, one after the other, as each doc's array on the model's device: one
+    transfer for the batch, not one per doc."""
+    return ops.unflatten(ops.asarray2f(rows), ops.asarray1i(doc_lengths))
 
 
 def _mean_over_pieces(piece_rows: numpy.ndarray, first: numpy.ndarray, counts: numpy.ndarray) -> numpy.ndarray:
@@ -400,11 +406,14 @@ def _feature_width(contextual: Union[bool, str], sentence: bool = False) -> int:
 
 def _encoder_forward(model: Model, docs: List[Doc], is_train: bool):
     contextual, sentence = model.attrs["contextual"], model.attrs["sentence"]
+    if not docs:
+        return [], lambda d_output: []
     keys = [tuple(token.text for token in doc) for doc in docs]
     # Predictions never read the cache, so they do not depend on what was trained; the word features
     # are kept per word, a cache of their own.
     if not is_train or contextual == "word":
-        return [model.ops.asarray2f(x) for x in doc_features(keys, contextual, sentence)], lambda d_output: []
+        output = doc_features(keys, contextual, sentence)
+        return _per_doc(model.ops, numpy.concatenate(output), _doc_lengths(docs)), lambda d_output: []
     cache = model.attrs["cache"]
     missing = [i for i, key in enumerate(keys) if key not in cache.features]
     features = dict(zip(missing, doc_features([keys[i] for i in missing], contextual, sentence)))
@@ -412,7 +421,7 @@ def _encoder_forward(model: Model, docs: List[Doc], is_train: bool):
         cache.add(keys[i], features[i])
     output = [features[i] if i in features else cache.features[key].astype(numpy.float32)
               for i, key in enumerate(keys)]
-    return [model.ops.asarray2f(x) for x in output], lambda d_output: []
+    return _per_doc(model.ops, numpy.concatenate(output), _doc_lengths(docs)), lambda d_output: []
 
 
 def doc_features(docs: Sequence[Sequence[str]], contextual: Union[bool, str] = True,

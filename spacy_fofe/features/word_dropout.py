@@ -29,7 +29,7 @@ from spacy.util import registry
 from thinc.api import HashEmbed, Maxout, Model, chain, concatenate, list2ragged, ragged2list, with_array
 from thinc.types import Floats2d, Ints2d
 
-from .rows_once import embed_rows_once
+from .rows_once import TokenIds, embed_rows_once, host_ids
 
 WORD_ATTRS = ("ORTH", "NORM", "LOWER")
 WORD_ATTR_IDS = {intify_attr(name) for name in WORD_ATTRS}
@@ -58,7 +58,8 @@ def WordDropoutHashEmbed(
         raise ValueError(f"spacy_fofe.WordDropoutHashEmbed.v1: rows has {len(rows)} entries for {len(attrs)} attrs")
     # MultiHashEmbed's tables and seeds, so a model trains as spaCy's would.
     embeddings = [HashEmbed(width, n_rows, column=i, seed=8 + i, dropout=0.0) for i, n_rows in enumerate(rows)]
-    extract = FeatureExtractor(list(attrs))
+    # Host arrays for the rows-once layout; spaCy's extractor (device arrays) beside static vectors.
+    extract = FeatureExtractor(list(attrs)) if include_static_vectors else TokenIds(attrs)
     if word_dropout > 0:
         extract = chain(extract, word_dropout_layer(columns, word_dropout))
     if include_static_vectors:
@@ -93,15 +94,17 @@ def _forward(model: Model, features: List[Ints2d], is_train: bool):
     if sum(lengths) == 0 or rate == 0.0 or (not is_train and known.size == 0):
         # nothing to do; or MultiHashEmbed unchanged; or a layer that never trained (an old model)
         return features, lambda d_features: d_features
-    xp = model.ops.xp
-    flat = xp.concatenate(features)  # a copy: the extractor's arrays stay as they were
-    words = model.ops.to_numpy(flat[:, columns])
+    on_host = all(isinstance(array, numpy.ndarray) for array in features)
+    flat = host_ids(model.ops, features).copy()  # a copy: the extractor's arrays stay as they were
+    words = flat[:, columns]
     if is_train:
         model.attrs["known"] = numpy.union1d(known, words)
         # whole tokens lose all their word columns together
         unknown = numpy.random.uniform(size=(len(words), 1)) < rate
     else:
         unknown = ~numpy.isin(words, known)
-    flat[:, columns] = xp.where(model.ops.asarray(unknown), UNKNOWN_ID, flat[:, columns])
+    flat[:, columns] = numpy.where(unknown, UNKNOWN_ID, words)
+    out = flat if on_host else model.ops.asarray(flat)  # back where the extractor left them
+    split = numpy.split if on_host else model.ops.xp.split
     # The ids are not differentiable; the extractor's own backprop ignores what it gets.
-    return xp.split(flat, numpy.cumsum(lengths)[:-1]), lambda d_features: d_features
+    return split(out, numpy.cumsum(lengths)[:-1].tolist()), lambda d_features: d_features

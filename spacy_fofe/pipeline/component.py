@@ -45,12 +45,14 @@ char_alpha = 0.8
 char_width = 32
 n_char_buckets = 2048
 
+# spaCy's MultiHashEmbed, each distinct row of a batch embedded once (word_dropout 0: none).
 [model.tok2vec]
-@architectures = "spacy.MultiHashEmbed.v2"
+@architectures = "spacy_fofe.WordDropoutHashEmbed.v1"
 width = 96
 attrs = ["NORM", "PREFIX", "SUFFIX", "SHAPE"]
 rows = [5000, 1000, 2500, 2500]
 include_static_vectors = false
+word_dropout = 0.0
 """
 DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
 # With max_length null, initialize picks the smallest n whose fragments cover this share of the
