@@ -203,11 +203,14 @@ def tune(args, name) -> Path:
     return out / "model-tuned"
 
 
-def measure(model: str, test: str, result: str, gpu_id: int) -> None:
-    """Child process: scores and words/sec of one pipeline on the test set."""
+def measure(model: str, test: str, result: str, gpu_id: int, cpu_ops: str = "numpy_blas") -> None:
+    """Child process: scores and words/sec of one pipeline on the test set. cpu_ops "blis" runs
+    fofe_ner's model on thinc's default NumpyOps (blis) instead of its numpy-BLAS Ops."""
     import spacy
     from spacy.training import Corpus
+    from thinc.api import NumpyOps
 
+    from spacy_fofe.pipeline.component import FOFENER
     from spacy_fofe.pipeline.scoring import score_fofe_ner
 
     device = "cpu"
@@ -216,6 +219,11 @@ def measure(model: str, test: str, result: str, gpu_id: int) -> None:
     # Start-up, apart: from loading to the first doc out (files, lazy tables, the first calls).
     start = time.perf_counter()
     nlp = spacy.load(model)
+    if cpu_ops == "blis" and device == "cpu":
+        for _, pipe in nlp.pipeline:
+            if isinstance(pipe, FOFENER):
+                for node in pipe.model.walk():
+                    node.ops = NumpyOps()
     other = _other_texts(test, nlp.lang)
     nlp(other[0] if other else "Start .")
     startup = time.perf_counter() - start
@@ -274,10 +282,12 @@ def main() -> None:
     parser.add_argument("--fofe-config", default=None, help="path to fofe_ner's config for the run without vectors "
                         "(default: configs/germeval.cfg with --nested, else configs/conll.cfg)")
     parser.add_argument("--results", default=str(RESULTS), help="the results file whose section this rewrites")
+    parser.add_argument("--cpu-ops", choices=["numpy_blas", "blis"], default="numpy_blas",
+                        help="with --measure: fofe_ner's CPU ops (blis: thinc's default, for the BLAS comparison)")
     parser.add_argument("--measure", nargs=3, metavar=("MODEL", "TEST", "RESULT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
-        return measure(*args.measure, args.gpu_id)
+        return measure(*args.measure, args.gpu_id, args.cpu_ops)
     if not (args.corpus and args.out):
         parser.error("corpus and out are required")
     if args.speed_rounds < 1:
