@@ -104,7 +104,7 @@ class FOFENER(TrainablePipe):
     """Find (possibly nested) named entities by classifying every fragment of up to n tokens.
 
     vocab: the shared vocabulary.
-    model: a Model[(List[Doc], fragments), Floats2d], e.g. spacy_fofe.FOFENER.v2.
+    model: a Model[(List[Doc], fragments), Floats2d], e.g. spacy_fofe.FOFENER.v3.
     settings: the fields of spacy_fofe.pipeline.settings.Settings (spans_key, max_length, thresholds,
         decoding, nesting, NONE sampling rates, ents), kept in self.cfg.
     """
