@@ -377,6 +377,7 @@ def test_ensemble_script_branches_each_seed_and_averages_the_branches(tmp_path):
     section = results.read_text()
     assert "| branch0-3 | 1 |" in section and "- average of 2 branches, mean of 1:" in section
     assert "- 1 branch, mean of 2:" in section and "(`--with-dev`)" in section
+    assert re.search(r"- 1 branch, mean of 2: dev \d+\.\d\d ± \d+\.\d\d, test \d+\.\d\d ± \d+\.\d\d", section)
     record = json.loads((out / "seed0" / "trained.json").read_text())
     ensemble = load_benchmark_script("ensemble")  # a model trained with dev is not one trained without
     assert ensemble.reusable(out / "seed0", record["overrides"], record["config"], with_dev=True)

@@ -238,6 +238,12 @@ def upstream_alone(args, model: Path):
     return out
 
 
+def mean_and_spread(values: list) -> str:
+    """The mean, and with two or more values the sample standard deviation: "90.33 ± 0.18"."""
+    mean = f"{statistics.mean(values):.2f}"
+    return mean + (f" ± {statistics.stdev(values):.2f}" if len(values) > 1 else "")
+
+
 def report(args, rows: list, seeds: list) -> str:
     columns = ["dev", "test"] + (["test_strict"] if args.strict else [])
     header = ["model", "members", "dev F1", "test F1"] + (["test strict F1"] if args.strict else []) + \
@@ -258,7 +264,7 @@ def report(args, rows: list, seeds: list) -> str:
     for size, prefix, what in kinds:
         group = [row for row in rows if row["members"] == size and row["model"].startswith(prefix)]
         if group:
-            figures = ", ".join(f"{c} {statistics.mean(row[c] for row in group):.2f}" for c in columns)
+            figures = ", ".join(f"{c} {mean_and_spread([row[c] for row in group])}" for c in columns)
             means.append(f"- {what}, mean of {len(group)}: {figures}")
     if upstream and base:
         speed = upstream["words_per_second"]
