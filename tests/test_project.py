@@ -734,3 +734,39 @@ def test_the_ensemble_script_tunes_scores_and_times_on_the_gpu_it_trains_on(tmp_
         ablation.words_per_second(args, {"seed0": "model-tuned"}, 1)
         assert [c[0] for c in commands] == [sys.executable] * 4  # tune, dev, test, timing
         assert all(command[-2:] == expected or not expected and "--gpu-id" not in command for command in commands)
+
+
+def test_a_section_written_with_raw_figures_names_them_and_they_are_saved_with_its_provenance(tmp_path):
+    results = load_benchmark_script("results")
+    raw = tmp_path / "run.json"
+    raw.write_text(json.dumps([{"system": "fofe_ner", "spans_sc_f": 0.9}]))
+    path = tmp_path / "RESULTS.md"
+    results.write_section("Benchmark on conll", "| fofe_ner | 90.00 |", command="run it", path=path, raw=raw)
+    assert "- raw figures: `metrics/benchmark-on-conll.json`" in path.read_text()
+    saved = json.loads((tmp_path / "metrics" / "benchmark-on-conll.json").read_text())
+    assert saved["figures"] == [{"system": "fofe_ner", "spans_sc_f": 0.9}] and saved["command (in `project/`)"] == \
+        "`run it`" and saved["section"] == "Benchmark on conll" and "commit" in saved and "date" in saved
+
+
+# Sections written before the scripts saved their raw figures (their JSON was never committed): each
+# leaves this list when its benchmark runs again and RESULTS gets the section with its raw file.
+WITHOUT_RAW_FIGURES = {"Benchmark on germeval", "Benchmark on conll", "Long documents", "Ablation on conll",
+                       "Ablation on germeval", "Ensemble on germeval", "Ensemble on conll", "Transformer on conll",
+                       "Transformer on conll, 3000 steps", "Errors on germeval", "Errors on conll",
+                       "Documents on conll"}
+
+
+def test_every_results_table_row_is_in_its_sections_committed_raw_figures():
+    text = (ROOT / "project" / "RESULTS.md").read_text()
+    sections = re.findall(r"(?ms)^## (.+?)\n(.*?)(?=^## |\Z)", text)
+    assert sections
+    for title, body in sections:
+        named = re.search(r"^- raw figures: `(metrics/[^`]+)`$", body, re.M)
+        if title in WITHOUT_RAW_FIGURES:
+            assert not named, f"{title} has its raw figures now: take it off WITHOUT_RAW_FIGURES"
+            continue
+        assert named, f"RESULTS section {title!r} names no raw figures file"
+        raw = (ROOT / "project" / named.group(1)).read_text()
+        rows = [line.split("|")[1].strip() for line in body.splitlines() if line.startswith("| ")]
+        for row in rows[1:]:  # the header aside; numbers as JSON writes them (1,000 is 1000)
+            assert json.dumps(row.replace(",", ""))[1:-1] in raw, f"{title}: row {row!r} is not in {named.group(1)}"

@@ -275,7 +275,8 @@ def main() -> None:
             "documents where given" + ("; words/s: `nlp.pipe` over the test texts, batch 1000, best of 3 in each "
                                       f"of {args.speed_rounds} alternating rounds, the best kept" if speed else "")
             + ".\n\n" + table)
-    write_section(f"Ablation on {Path(args.corpus).name}", body, configs=[args.config], path=Path(args.results))
+    write_section(f"Ablation on {Path(args.corpus).name}", body, configs=[args.config], path=Path(args.results),
+                  raw=out / "ablation.json")
     print(table)
 
 

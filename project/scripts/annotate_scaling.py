@@ -119,7 +119,7 @@ def main() -> None:
             f"({BILLION / DAY:.0f} words/s) needs {cores:.2f} such cores, so {math.ceil(cores)}\n")
     (args.out / "annotate_scaling.md").write_text(body)
     write_section("Annotation on Dask", body, command="python scripts/annotate_scaling.py " + " ".join(sys.argv[1:]),
-                  path=Path(args.results))
+                  path=Path(args.results), raw=args.out / "annotate_scaling.json")
     print(body)
 
 

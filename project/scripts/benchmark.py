@@ -317,12 +317,14 @@ def main() -> None:
     write_reports(rows, Path(args.out), args.nested)
     body = ("Test split; span P/R/F1 over all levels under `sc`; fofe_ner tuned on dev; words/s: `nlp.pipe` over "
             f"the test texts, batch 1000, best of 3 in each of {args.speed_rounds} rounds that take the systems in "
-            "turn, one process at a time, the best kept; first pass: the same text once, right after `spacy.load` "
-            "(every word new to the pipeline), the best of the rounds; peers: spaCy's `ner` / `spancat` with "
+            "turn, one process at a time, the best kept; first pass: the test texts once, after a start-up pass over "
+            f"{STARTUP_DOCS} dev docs (text the pipeline has never seen), the best of the rounds; start-up: loading "
+            "to the first doc out, seconds; peers: spaCy's `ner` / `spancat` with "
             "fofe_ner's embeddings (hash tables, lexeme tables, USE features where it has them) and optimizer "
             "(`-stock`: spaCy's efficiency config as it is). Plot: "
             f"`{(Path(args.out) / 'benchmark.png').as_posix()}`.\n\n" + (Path(args.out) / "benchmark.md").read_text())
-    write_section(f"Benchmark on {Path(args.corpus).name}", body, configs=configs, path=Path(args.results))
+    write_section(f"Benchmark on {Path(args.corpus).name}", body, configs=configs, path=Path(args.results),
+                  raw=Path(args.out) / "benchmark.json")
 
 
 def systems_error(systems: str, vector_systems: Optional[str]) -> Optional[str]:

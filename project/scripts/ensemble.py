@@ -208,7 +208,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "ensemble.json").write_text(json.dumps(rows, indent=2))
     write_section(args.section or f"Ensemble on {Path(args.corpus).name}", report(args, rows, seeds),
-                  configs=[args.config], path=Path(args.results))
+                  configs=[args.config], path=Path(args.results), raw=out / "ensemble.json")
 
 
 def gpu_of(overrides: list) -> int:

@@ -87,7 +87,7 @@ def main() -> None:
         parser.error(f"{args.scores} has no spans_{args.spans_key}_gold_fates: write it with `spacy fofe evaluate "
                      "--output`, not `spacy evaluate`")
     write_section(args.section, report(scores, args.model, args.data, args.spans_key, args.config),
-                  configs=[args.config] if args.config else [], path=Path(args.results))
+                  configs=[args.config] if args.config else [], path=Path(args.results), raw=Path(args.scores))
 
 
 if __name__ == "__main__":

@@ -110,7 +110,7 @@ def write_reports(rows, out: Path, command: str, model: str, results: Path) -> N
             "document of each length against the same tokens as sentence docs (each case in a fresh process; "
             "ratio = one doc / sentence docs), then against n on sentence docs. Plot: "
             f"`{(out / 'long_docs.png').as_posix()}`.\n\n" + "\n".join(lines))
-    write_section("Long documents", body, command=command, path=results)
+    write_section("Long documents", body, command=command, path=results, raw=out / "long_docs.json")
     try:
         import matplotlib
 

@@ -1,10 +1,13 @@
 """project/RESULTS.md: the project's one results file, one section per benchmark.
 
 Each benchmark script rewrites its own section from its JSON output when it finishes, with the
-date, commit, machine and exact command; the other sections stay as they are. History is git's.
+date, commit, machine and exact command, and copies that JSON (the raw figures) to
+project/metrics/<section>.json, committed beside RESULTS.md so that each table can be checked
+against it; the other sections stay as they are. History is git's.
 """
 
 import datetime
+import json
 import os
 import platform
 import re
@@ -12,7 +15,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 RESULTS = Path(__file__).resolve().parents[1] / "RESULTS.md"
 HEADER = ("# Results\n\nWritten by the project's benchmarks (`spacy project run benchmark` in `project/`), "
@@ -39,9 +42,15 @@ def commit() -> str:
     return head + (" (with uncommitted changes)" if changed else "")
 
 
+def raw_name(title: str) -> str:
+    """The raw figures' file of a section: metrics/<title in lower case, words joined by dashes>.json."""
+    return "metrics/" + re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") + ".json"
+
+
 def write_section(title: str, body: str, configs: Sequence[str] = (), command: str = "",
-                  path: Path = RESULTS) -> None:
-    """Replace (or add) the section `## title` of `path` with `body` and where it came from."""
+                  path: Path = RESULTS, raw: Optional[Path] = None) -> None:
+    """Replace (or add) the section `## title` of `path` with `body` and where it came from; `raw`,
+    the JSON the body was made from, is copied beside `path` (raw_name) with the same provenance."""
     import spacy
 
     command = command or "python " + shlex.join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
@@ -52,6 +61,13 @@ def write_section(title: str, body: str, configs: Sequence[str] = (), command: s
              f"- command (in `project/`): `{command}`"]
     if configs:
         lines.append("- configs: " + ", ".join(f"`{c}`" for c in configs))
+    if raw is not None:
+        lines.append(f"- raw figures: `{raw_name(title)}`")
+        target = Path(path).parent / raw_name(title)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        provenance = {line[2:].split(": ", 1)[0]: line[2:].split(": ", 1)[1] for line in lines[2:]}
+        figures = json.loads(Path(raw).read_text(encoding="utf8"))
+        target.write_text(json.dumps({"section": title, **provenance, "figures": figures}, indent=1) + "\n")
     section = "\n".join(lines) + "\n\n" + body.strip() + "\n"
     path = Path(path)
     text = path.read_text() if path.exists() else HEADER
