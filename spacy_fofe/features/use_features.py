@@ -664,15 +664,14 @@ def _encode(encoder, flat: numpy.ndarray, doc_lengths: numpy.ndarray, contextual
 
 class _Shape(NamedTuple):
     """The encoder's sizes, read from its weights: the embedding width, the CNN branches' width, each
-    branch's (n-gram order, tokens of left context), the widest left context, the per-piece feature width
-    (embedding and branches side by side) and the number of quantization chunks of the embedding table."""
+    branch's (n-gram order, tokens of left context), the widest left context and the per-piece feature
+    width (embedding and branches side by side)."""
 
     embedding: int
     cnn: int
     orders: Tuple[Tuple[int, int], ...]
     max_left: int
     features: int
-    chunks: int
 
 
 def _shape_of(backend) -> _Shape:
@@ -680,8 +679,7 @@ def _shape_of(backend) -> _Shape:
     reads `order` windows of `cnn` columns; its windows are centred, the left half the smaller."""
     embedding, cnn = backend.table.shape[1], backend.b1[0].shape[-1]
     orders = tuple((w.shape[0] // cnn, (w.shape[0] // cnn - 1) // 2) for w in backend.w2)
-    return _Shape(embedding, cnn, orders, max(left for _, left in orders), embedding + len(orders) * cnn,
-                  len(backend.scale))
+    return _Shape(embedding, cnn, orders, max(left for _, left in orders), embedding + len(orders) * cnn)
 
 
 def _layer_norm(x: numpy.ndarray, gamma: numpy.ndarray, beta: numpy.ndarray, eps: float) -> numpy.ndarray:

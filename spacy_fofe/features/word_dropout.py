@@ -95,7 +95,7 @@ def _forward(model: Model, features: List[Ints2d], is_train: bool):
         # nothing to do; or MultiHashEmbed unchanged; or a layer that never trained (an old model)
         return features, lambda d_features: d_features
     on_host = all(isinstance(array, numpy.ndarray) for array in features)
-    flat = host_ids(model.ops, features).copy()  # a copy: the extractor's arrays stay as they were
+    flat = host_ids(model.ops, features)  # joined into a new array: the extractor's arrays stay as they were
     words = flat[:, columns]
     if is_train:
         model.attrs["known"] = numpy.union1d(known, words)

@@ -99,7 +99,7 @@ class GoldStats:
         for length in sorted(per_length):
             covered += per_length[length]
             if covered >= coverage * total:
-                return max(1, min(length, longest))
+                return min(length, longest)
         return None
 
     def share_within(self, max_length: int) -> float:
