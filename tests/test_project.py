@@ -14,9 +14,7 @@ import pytest
 import spacy
 import srsly
 from spacy.tokens import DocBin
-from spacy.util import load_config, registry
-
-from spacy_fofe.training.corpus import CachedCorpus
+from spacy.util import load_config
 
 from helpers import NESTED, make_examples, small_pipeline
 
@@ -192,33 +190,22 @@ def test_ablation_trains_both_forms_from_one_folder_each(tmp_path):
 
 @pytest.mark.slow
 def test_an_interrupted_training_is_trained_again_not_reused(tmp_path, monkeypatch):
-    """A killed `spacy train` leaves a model-best of its last evaluation: the benchmark, the
-    ablation and the ensemble script reuse only trainings that finished, and drop what was derived
+    """A killed `spacy train` leaves a model-best of its last evaluation: the ablation and the
+    ensemble script reuse only trainings that finished, and drop what was derived
     from the old model; the ensemble script also trains again when its config (name or file), its
     overrides or a teacher changed."""
-    benchmark, ablation = load_benchmark_script(), load_benchmark_script("ablation")
+    ablation = load_benchmark_script("ablation")
     commands = []
-    monkeypatch.setattr(benchmark, "run_measured", lambda command: (commands.append(command), (1.0, 10.0))[1])
     monkeypatch.setattr(ablation, "run", commands.append)
-    config = benchmark.fofe_config(argparse.Namespace(fofe_config=None, small=True, nested=True, lang="en",
-                                                      max_length=7), False)
-    args = argparse.Namespace(out=str(tmp_path / "bench"), max_steps=5, corpus="corpus", gpu_id=-1, vectors=None)
-    unfinished = tmp_path / "bench" / "fofe_ner"
-    (unfinished / "model-best").mkdir(parents=True)
-    (unfinished / "model-tuned").mkdir()
-    assert benchmark.train(args, "fofe_ner", config, False) == {"train_seconds": 1.0, "train_peak_mb": 10}
-    assert len(commands) == 1 and not (unfinished / "model-tuned").exists()
-    assert benchmark.train(args, "fofe_ner", config, False)["train_seconds"] == 1.0 and len(commands) == 1
-
     args = argparse.Namespace(out=str(tmp_path / "abl"), config=str(ROOT / "configs" / "demo.cfg"), corpus="corpus",
                               docs_corpus=None, max_steps=5, seed=0)
     variant = tmp_path / "abl" / "full"
     (variant / "model-best").mkdir(parents=True)
     (variant / "test.json").write_text("{}")
     ablation.train_variant(args, "full")
-    assert len(commands) == 2 and not (variant / "test.json").exists()
+    assert len(commands) == 1 and not (variant / "test.json").exists()
     ablation.train_variant(args, "full")
-    assert len(commands) == 2  # finished: reused
+    assert len(commands) == 1  # finished: reused
 
     ensemble = load_benchmark_script("ensemble")
     monkeypatch.setattr(ensemble, "run", commands.append)
@@ -231,42 +218,42 @@ def test_an_interrupted_training_is_trained_again_not_reused(tmp_path, monkeypat
         (tmp_path / "ens" / made).mkdir(parents=True)
     (seed / "test.json").write_text("{}")
     ensemble.train_seed(args, 1)
-    assert len(commands) == 3 and not (seed / "model-tuned").exists() and not (seed / "test.json").exists()
+    assert len(commands) == 2 and not (seed / "model-tuned").exists() and not (seed / "test.json").exists()
     assert not (tmp_path / "ens" / "ensemble0+1").exists() and (tmp_path / "ens" / "ensemble0+2").exists()
     assert not (tmp_path / "ens" / "distilled0").exists()  # its teacher held the old seed 1
     ensemble.train_seed(args, 1)
-    assert len(commands) == 3  # finished: reused
+    assert len(commands) == 2  # finished: reused
     teacher = tmp_path / "teacher"
     teacher.mkdir()
     args.overrides = ["--initialize.components.fofe_ner.teacher", str(teacher)]
     ensemble.train_seed(args, 1)
-    assert len(commands) == 4  # other overrides: trained again
+    assert len(commands) == 3  # other overrides: trained again
     ensemble.train_seed(args, 1)
-    assert len(commands) == 4
+    assert len(commands) == 3
     later = (seed / ablation.FINISHED).stat().st_mtime + 10
     os.utime(teacher, (later, later))
     ensemble.train_seed(args, 1)
-    assert len(commands) == 5  # a teacher changed since: trained again
+    assert len(commands) == 4  # a teacher changed since: trained again
     earlier = (seed / ablation.FINISHED).stat().st_mtime - 10
     os.utime(teacher, (earlier, earlier))  # dated into the future above
     ensemble.train_seed(args, 1)
-    assert len(commands) == 5  # config and teacher unchanged since: reused
+    assert len(commands) == 4  # config and teacher unchanged since: reused
     (teacher / "model").write_text("")
     later = (seed / ablation.FINISHED).stat().st_mtime + 10
     os.utime(teacher / "model", (later, later))
     os.utime(teacher, (earlier, earlier))  # a file saved again in place leaves its folder's time as it was
     ensemble.train_seed(args, 1)
-    assert len(commands) == 6  # a file of the teacher written since: trained again
+    assert len(commands) == 5  # a file of the teacher written since: trained again
     earlier = (seed / ablation.FINISHED).stat().st_mtime - 10
     os.utime(teacher / "model", (earlier, earlier))
     os.utime(teacher, (earlier, earlier))
     later = (seed / ablation.FINISHED).stat().st_mtime + 10
     os.utime(args.config, (later, later))
     ensemble.train_seed(args, 1)
-    assert len(commands) == 7  # the config edited since: trained again
+    assert len(commands) == 6  # the config edited since: trained again
     args.config = str(tmp_path / "other.cfg")
     ensemble.train_seed(args, 1)
-    assert len(commands) == 8  # another config: trained again
+    assert len(commands) == 7  # another config: trained again
 
 
 def test_every_project_command_names_each_dependency_and_output_as_a_path():
@@ -413,19 +400,22 @@ def test_ensemble_script_times_the_components_before_fofe_ner_alone(tmp_path):
     assert "- the components before fofe_ner alone (sentencizer): 4,000 words/s; seed0 runs at 0.25x of them" in text
 
 
-def germeval_cnn_args():
-    """benchmark.py's arguments for the GermEval run with the project's CNN config."""
-    return argparse.Namespace(fofe_config=str(ROOT / "configs" / "germeval.cfg"), small=False, nested=True,
-                              lang="de", max_length=7)
+def bench_args(config="germeval.cfg", **settings):
+    """benchmark.py's arguments for a run with the project's configs (the first names the peers' tables)."""
+    configs = ",".join(str(ROOT / "configs" / name) for name in config.split(","))
+    values = {"configs": configs, "corpus": "corpus", "out": "out", "peers": "ner-stock,spancat-stock",
+              "seeds": [0, 1, 2], "small": False, "lang": "de", "max_length": 7, "max_steps": 0, "peer_steps": 0,
+              "gpu_id": -1, "paths": {}, "speed_rounds": 3, "jobs": 2, "blis": False}
+    return argparse.Namespace(**{**values, **settings})
 
 
 def test_benchmark_peers_get_the_fofe_configs_hash_tables():
     """A fair benchmark: spancat embeds tokens with the same tables as the fofe_ner config it is compared to."""
     benchmark = load_benchmark_script()
-    args = germeval_cnn_args()
+    args = bench_args()
     # the word embeddings, inside the lexeme-table wrappers where the configs have them
-    _, fofe_embed = benchmark.fofe_embedding(benchmark.fofe_config(args, False))
-    peer = benchmark.spacy_config(args, "spancat", False)["components"]["tok2vec"]["model"]["embed"]
+    _, fofe_embed = benchmark.fofe_embedding(load_config(ROOT / "configs" / "germeval.cfg"))
+    peer = benchmark.spacy_config(args, "spancat")["components"]["tok2vec"]["model"]["embed"]
     multi_hash = "spacy.MultiHashEmbed.v2"
     peer_embed = next(block for block in benchmark.blocks(peer) if block.get("@architectures") == multi_hash)
     assert peer_embed["rows"] == fofe_embed["rows"] != benchmark.EMBED["rows"]
@@ -436,28 +426,26 @@ def test_benchmark_peers_get_the_fofe_configs_use_features():
     """germeval.cfg reads USE's word features next to its tables; the peers read them too, next to the
     same tables, and their encoder takes the wider vectors; a config without them changes nothing."""
     benchmark = load_benchmark_script()
-    args = germeval_cnn_args()
-    fofe_use = benchmark.use_features(benchmark.fofe_config(args, False)["components"]["fofe_ner"]["model"])
+    fofe_use = benchmark.use_features(load_config(ROOT / "configs" / "germeval.cfg")["components"]["fofe_ner"]["model"])
     assert len(fofe_use) == 1 and fofe_use[0]["contextual"] == "word"
-    tok2vec = benchmark.spacy_config(args, "spancat", False)["components"]["tok2vec"]["model"]
+    tok2vec = benchmark.spacy_config(bench_args(), "spancat")["components"]["tok2vec"]["model"]
     assert tok2vec["embed"]["@layers"] == "concatenate.v1"
     assert tok2vec["embed"]["*"]["use0"] == fofe_use[0]
     assert tok2vec["embed"]["*"]["hash"]["@architectures"] == benchmark.LEXEME_EMBED
     assert tok2vec["encode"]["width"] == tok2vec["embed"]["*"]["hash"]["width"] + fofe_use[0]["width"]
-    args.fofe_config = str(ROOT / "configs" / "conll.cfg")
-    tok2vec = benchmark.spacy_config(args, "spancat", False)["components"]["tok2vec"]["model"]
+    tok2vec = benchmark.spacy_config(bench_args("conll.cfg"), "spancat")["components"]["tok2vec"]["model"]
     assert tok2vec["embed"]["@architectures"] == benchmark.LEXEME_EMBED
     assert tok2vec["encode"]["width"] == tok2vec["embed"]["width"]
 
 
 def test_benchmark_peers_get_the_fofe_configs_optimizer():
-    """spaCy's init config has weight decay 0.01 and no parameter averaging; the peers train with ours."""
+    """spaCy's init config has weight decay 0.01 and no parameter averaging; the `ner` and `spancat` peers
+    train with ours."""
     benchmark = load_benchmark_script()
-    args = germeval_cnn_args()
-    ours = benchmark.fofe_config(args, False)["training"]["optimizer"]
+    ours = load_config(ROOT / "configs" / "germeval.cfg")["training"]["optimizer"]
     assert (ours["L2"], ours["use_averages"]) != (0.01, False)  # spaCy's, so the check below can fail
     for pipe in ("spancat", "ner"):
-        assert benchmark.spacy_config(args, pipe, False)["training"]["optimizer"] == ours
+        assert benchmark.spacy_config(bench_args(), pipe)["training"]["optimizer"] == ours
 
 
 def test_benchmark_peers_get_the_fofe_configs_lexeme_tables(tmp_path):
@@ -465,7 +453,7 @@ def test_benchmark_peers_get_the_fofe_configs_lexeme_tables(tmp_path):
     embed or next to vectors in a concatenate (conll_vectors.cfg), the peers' MultiHashEmbed is wrapped the
     same way."""
     benchmark = load_benchmark_script()
-    fofe = benchmark.fofe_config(germeval_cnn_args(), False)
+    fofe = load_config(ROOT / "configs" / "germeval.cfg")
     model = fofe["components"]["fofe_ner"]["model"]
     _, words = benchmark.fofe_embedding(fofe)
     tables = {"@architectures": "spacy_fofe.LexemeTablesEmbed.v1", "width": words["width"],
@@ -481,9 +469,8 @@ def test_benchmark_peers_get_the_fofe_configs_lexeme_tables(tmp_path):
                               "vectors": {"@layers": "spacy_fofe.TunedVectors.v1", "attr": "LOWER"}}})):
         model["tok2vec"] = tok2vec
         fofe.to_disk(tmp_path / f"{name}.cfg")
-        args = germeval_cnn_args()
-        args.fofe_config = str(tmp_path / f"{name}.cfg")
-        peers[name] = benchmark.spacy_config(args, "spancat", False)["components"]["tok2vec"]["model"]["embed"]
+        args = bench_args(configs=str(tmp_path / f"{name}.cfg"))
+        peers[name] = benchmark.spacy_config(args, "spancat")["components"]["tok2vec"]["model"]["embed"]
     assert peers["tok2vec"] == peers["tables"] == peers["concatenate"]
     assert {key: peers["tables"][key] for key in tables} == tables
     assert peers["tables"]["embed"] == peers["plain"]
@@ -492,31 +479,126 @@ def test_benchmark_peers_get_the_fofe_configs_lexeme_tables(tmp_path):
 
 
 def test_benchmark_stock_peers_are_spacys_configs_as_they_are():
-    """spancat-stock: spaCy's efficiency config, none of fofe_ner's tables or optimizer; only n-grams up to n."""
+    """spancat-stock: spaCy's efficiency config, none of fofe_ner's tables or optimizer; only n-grams up to
+    n, the seed, the steps (the first config's) and the reader set."""
     benchmark = load_benchmark_script()
-    args = germeval_cnn_args()
-    stock, ours = (benchmark.spacy_config(args, name, False) for name in ("spancat-stock", "spancat"))
+    args = bench_args()
+    stock, ours = (benchmark.spacy_config(args, name, seed=2) for name in ("spancat-stock", "spancat"))
     assert stock["components"]["tok2vec"]["model"]["embed"]["rows"] == [5000, 1000, 2500, 2500]  # spaCy's
     assert stock["components"]["tok2vec"]["model"]["embed"] != ours["components"]["tok2vec"]["model"]["embed"]
     assert (stock["training"]["optimizer"]["L2"], stock["training"]["optimizer"]["use_averages"]) == (0.01, False)
     assert stock["components"]["spancat"]["suggester"] == ours["components"]["spancat"]["suggester"] == {
         "@misc": "spacy.ngram_range_suggester.v1", "min_size": 1, "max_size": 7}
-    assert benchmark.spacy_config(args, "ner-stock", False)["nlp"]["pipeline"] == ["tok2vec", "ner"]
+    assert stock["system"]["seed"] == 2 and stock["corpora"]["train"]["@readers"] == "spacy_fofe.CachedCorpus.v1"
+    assert stock["training"]["max_steps"] == load_config(ROOT / "configs" / "germeval.cfg")["training"]["max_steps"]
+    assert benchmark.spacy_config(bench_args(peer_steps=500), "ner-stock")["training"]["max_steps"] == 500
+    assert benchmark.spacy_config(args, "ner-stock")["nlp"]["pipeline"] == ["tok2vec", "ner"]
 
 
-@pytest.mark.slow
-def test_benchmark_trains_every_system_with_the_same_steps_and_cached_reader(tmp_path):
+def test_benchmark_trains_the_shipped_configs_as_they_are_but_seed_reader_and_paths_they_take():
+    """Each config keeps its own steps (--max-steps caps them, a schedule's total_steps with them); a
+    --paths.NAME goes to the configs that take it: vectors to those that read vectors, a transformer to
+    those that name one."""
     benchmark = load_benchmark_script()
-    args = argparse.Namespace(fofe_config=None, small=True, nested=False, lang="en", max_length=4)
-    for config in (benchmark.fofe_config(args, False), benchmark.spacy_config(args, "spancat", False)):
-        config = benchmark.for_training(config, 123)
-        config["paths"]["train"] = config["paths"]["dev"] = str(tmp_path)
-        corpora = registry.resolve(config.interpolate()["corpora"])
-        assert isinstance(corpora["train"], CachedCorpus) and isinstance(corpora["dev"], CachedCorpus)
-        assert config["training"]["max_steps"] == 123
+    args = bench_args("conll.cfg,conll_vectors.cfg,conll_documents.cfg,conll_transformer.cfg",
+                      paths={"vectors": "vec", "transformer": "tr", "nope": "x"})
+    configs = {run.system: benchmark.fofe_config(args, run) for run in benchmark.plan(args)
+               if run.seed == 0 and run.is_fofe}
+    for name, config in configs.items():
+        assert config["training"]["max_steps"] == load_config(ROOT / "configs" / f"{name}.cfg")["training"]["max_steps"]
+        assert config["corpora"]["dev"]["@readers"] == "spacy_fofe.CachedCorpus.v1"
+    assert configs["conll_documents"]["training"]["max_steps"] != configs["conll"]["training"]["max_steps"]
+    assert configs["conll"]["paths"]["vectors"] is None  # reads no vectors: none loaded and shipped
+    assert configs["conll_vectors"]["paths"]["vectors"] == configs["conll_transformer"]["paths"]["vectors"] == "vec"
+    assert configs["conll_transformer"]["paths"]["transformer"] == "tr"
+    assert "transformer" not in configs["conll"]["paths"]
+    run = benchmark.plan(bench_args("conll_transformer.cfg", seeds=[1]))[0]
+    capped = benchmark.fofe_config(bench_args("conll_transformer.cfg", max_steps=100), run)
+    assert capped["training"]["max_steps"] == capped["training"]["optimizer"]["learn_rate"]["total_steps"] == 100
+    assert capped["system"]["seed"] == 1
 
 
-def test_benchmark_times_a_first_pass_from_a_cold_pipeline_and_reports_it(tmp_path, trained):
+def test_benchmark_plans_seeds_per_system_and_a_corpus_per_config():
+    """Every config and peer with each seed; a transformer config with the first seed alone on a CPU, all on a
+    GPU; CONFIG=FOLDER trains and scores that config on that folder."""
+    benchmark = load_benchmark_script()
+    docs = f"{ROOT / 'configs' / 'conll_documents.cfg'}=corpus/docs"
+    args = bench_args("conll.cfg,germeval_transformer.cfg", peers="ner-stock", out="out")
+    args.configs += "," + docs
+    runs = [(run.system, run.seed, str(run.corpus), run.out.as_posix()) for run in benchmark.plan(args)]
+    assert runs == [("conll", 0, "corpus", "out/conll/seed0"), ("conll", 1, "corpus", "out/conll/seed1"),
+                    ("conll", 2, "corpus", "out/conll/seed2"), ("germeval_transformer", 0, "corpus",
+                                                                 "out/germeval_transformer/seed0"),
+                    ("conll_documents", 0, "corpus/docs", "out/conll_documents/seed0"),
+                    ("conll_documents", 1, "corpus/docs", "out/conll_documents/seed1"),
+                    ("conll_documents", 2, "corpus/docs", "out/conll_documents/seed2"),
+                    *(("ner-stock", seed, "corpus", f"out/ner-stock/seed{seed}") for seed in (0, 1, 2))]
+    args.gpu_id = 0
+    assert len([run for run in benchmark.plan(args) if run.system == "germeval_transformer"]) == 3
+
+
+def test_benchmark_refuses_wrong_settings_before_training_any():
+    benchmark = load_benchmark_script()
+    assert benchmark.settings_error(bench_args(peers="ner-stock,spancat")) is None
+    assert benchmark.settings_error(bench_args(peers="ner-stok")) == (
+        "--peers: unknown ner-stok; the peers are ner-stock, spancat-stock, ner, spancat")
+    assert "nope.cfg not found" in benchmark.settings_error(bench_args("nope.cfg"))
+    assert "same name" in benchmark.settings_error(bench_args("conll.cfg,conll.cfg"))
+    script = str(ROOT / "project" / "scripts" / "benchmark.py")
+    for extra in (["--peers", "ner-stok"], ["--vectors", "v"]):
+        done = subprocess.run([sys.executable, script, "corpus", "out", "--configs", str(ROOT / "configs" / "demo.cfg"),
+                               *extra], capture_output=True, text=True)
+        assert done.returncode == 2 and ("unknown ner-stok" in done.stderr or "unrecognized argument --vectors" in
+                                         done.stderr)
+
+
+def fake_trainer(commands):
+    """run_measured for train_and_tune: records the command and makes the folder it would write."""
+    def run(command, log=None):
+        commands.append([str(part) for part in command])
+        Path(commands[-1][commands[-1].index("--output") + 1] if "--output" in commands[-1] else commands[-1][-1],
+             "model-best" if "--output" in commands[-1] else "").mkdir(parents=True, exist_ok=True)
+        return 1.0, 10.0
+    return run
+
+
+def test_a_training_is_reused_only_when_config_data_and_code_match(tmp_path, monkeypatch):
+    """A killed `spacy train` leaves a model-best of its last evaluation, and a changed config, data file or
+    source file makes another model: each is trained (and tuned) again; a finished one of the same
+    fingerprint is reused."""
+    benchmark = load_benchmark_script()
+    commands = []
+    monkeypatch.setattr(benchmark, "run_measured", fake_trainer(commands))
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for split in ("train", "dev"):
+        (corpus / f"{split}.spacy").write_bytes(b"docs")
+    args = bench_args("demo.cfg", corpus=str(corpus), out=str(tmp_path / "out"), seeds=[0])
+    run = benchmark.plan(args)[0]
+    (run.out / "model-best").mkdir(parents=True)  # unfinished: no TRAINED record
+    (run.out / "model-tuned").mkdir()
+
+    def trainings():
+        benchmark.train_and_tune(args, run)
+        return [c for c in commands if "train" in c and "fofe" not in c], [c for c in commands if "tune" in c]
+
+    assert [len(found) for found in trainings()] == [1, 1]  # trained and tuned again
+    assert [len(found) for found in trainings()] == [1, 1]  # reused
+    (corpus / "dev.spacy").write_bytes(b"other docs")
+    assert [len(found) for found in trainings()] == [2, 2]
+    args.max_steps = 7
+    assert [len(found) for found in trainings()] == [3, 3]
+    assert [len(found) for found in trainings()] == [3, 3]
+    source = tmp_path / "root" / "spacy_fofe" / "module.py"
+    source.parent.mkdir(parents=True)
+    source.write_text("x = 1\n")
+    monkeypatch.setattr(benchmark, "ROOT", tmp_path / "root")
+    assert [len(found) for found in trainings()] == [4, 4]
+    source.write_text("x = 2\n")
+    assert [len(found) for found in trainings()] == [5, 5]
+
+
+def test_benchmark_scores_first_pass_and_reports_seeds_spread_and_ratios(tmp_path, trained):
     benchmark = load_benchmark_script()
     trained.to_disk(tmp_path / "model")
     examples = make_examples(trained, NESTED)
@@ -525,69 +607,56 @@ def test_benchmark_times_a_first_pass_from_a_cold_pipeline_and_reports_it(tmp_pa
     measured = json.loads((tmp_path / "measure.json").read_text())
     assert measured["spans_sc_f"] == 1.0 and measured["words_per_second"] > 0
     assert measured["first_pass_words_per_second"] > 0 and measured["startup_seconds"] > 0
-    row = {"vectors": False, "spans_sc_p": 0.8, "spans_sc_r": 0.8, "spans_sc_f": 0.8, "spans_sc_strict_f": 0.7,
-           "train_seconds": 1, "train_peak_mb": 1, "inference_peak_mb": 1, "device": "cpu"}
-    rows = [{**row, "system": "fofe_ner", "words_per_second": 3000, "first_pass_words_per_second": 1500,
-             "startup_seconds": 2.0},
-            {**row, "system": "ner-stock", "words_per_second": 1000, "first_pass_words_per_second": 1000,
-             "startup_seconds": 1.0},
-            {**row, "system": "fofe_ner", "vectors": True,
-             "words_per_second": 2000, "first_pass_words_per_second": 1800}]
-    benchmark.write_reports(rows, tmp_path / "out", nested=True)
-    table = (tmp_path / "out" / "benchmark.md").read_text()
-    assert "| words/s, first pass | words/s, warm | start-up s |" in table and "| 1500 | 3000 | 2.0 |" in table
-    assert ("vectors=no: fofe_ner vs ner-stock: F1 +0.00 points, words/s on a first pass 1.50x (warm 3.00x), "
-            "start-up 2.00x its time") in table
-    # spaCy's stock config reads no vectors: its one run is the peer of fofe_ner with vectors too
-    assert "vectors=yes: fofe_ner vs ner-stock: F1 +0.00 points, words/s on a first pass 1.80x (warm 2.00x)" in table
+    row = {"spans_sc_p": 0.8, "spans_sc_r": 0.8, "spans_sc_strict_f": 0.7, "spans_sc_outer_f": 0.75,
+           "spans_sc_inner_f": None, "train_seconds": 10, "train_peak_mb": 1, "inference_peak_mb": 5, "device": "cpu"}
+    rows = [{**row, "system": "conll", "seed": 0, "spans_sc_f": 0.80, "words_per_second": 3000,
+             "first_pass_words_per_second": 1500, "startup_seconds": 2.0, "blis_words_per_second": 2000,
+             "blis_first_pass_words_per_second": 1000},
+            {**row, "system": "conll", "seed": 1, "spans_sc_f": 0.82, "words_per_second": 1, "train_seconds": 20,
+             "first_pass_words_per_second": 1},
+            {**row, "system": "ner-stock", "seed": 0, "spans_sc_f": 0.7, "words_per_second": 1000,
+             "first_pass_words_per_second": 1000, "startup_seconds": 1.0}]
+    table = benchmark.summary(rows, nested=True)
+    assert "| system | seeds | P | R | F1 | strict F1 | outer F1 | inner F1 | train s | train peak MB |" in table
+    assert "| conll | 0,1 | 80.00 ± 0.00 | 80.00 ± 0.00 | 81.00 ± 1.41 | 70.00 ± 0.00 | 75.00 ± 0.00 |  | 15 | 1 |" \
+        in table
+    assert "| ner-stock | 0 | 80.00 | 80.00 | 70.00 |" in table
+    # speed: the first seed's model, with its ratios to the stock peer measured in the same run
+    assert "| conll | 1500 | 3000 | 2.0 | 5 | 1.50x / 3.00x | cpu |" in table
+    assert "| conll (blis) | 1000 | 2000 |  |  | 1.00x / 2.00x | cpu |" in table
+    assert "F1" not in benchmark.summary(rows, nested=True, accuracy=False)
 
 
-def test_benchmark_trains_the_stock_systems_once_when_it_also_runs_with_vectors():
-    runs = load_benchmark_script().benchmark_runs
-    assert runs("fofe_ner,ner,ner-stock", None, True) == [
-        ("fofe_ner", False), ("ner", False), ("ner-stock", False), ("fofe_ner", True), ("ner", True)]
-    assert runs("fofe_ner,ner,ner-stock", "fofe_ner,ner-stock", True) == [
-        ("fofe_ner", False), ("ner", False), ("ner-stock", False), ("fofe_ner", True)]
-    assert runs("fofe_ner,spancat-stock", None, False) == [("fofe_ner", False), ("spancat-stock", False)]
-
-
-def test_benchmark_refuses_unknown_systems_before_training_any():
-    error = load_benchmark_script().systems_error
-    assert error("fofe_ner,ner,ner-stock", "fofe_ner,ner-stock") is None
-    assert error("fofe_ner,spacncat", None) == ("--systems: unknown spacncat; the systems are fofe_ner, ner, "
-                                               "spancat, ner-stock, spancat-stock")
-    assert error("fofe_ner,ner", "fofe_ner,spancat") == "--vector-systems: spancat not in --systems fofe_ner,ner"
-    done = subprocess.run([sys.executable, str(ROOT / "project" / "scripts" / "benchmark.py"), "corpus", "out",
-                           "--systems", "fofe_ner,ner-stok"], capture_output=True, text=True)
-    assert done.returncode == 2 and "unknown ner-stok" in done.stderr
-
-
-def test_benchmark_measures_the_systems_in_turn_and_keeps_each_ones_best_speed(tmp_path, monkeypatch):
+def test_benchmark_times_the_first_seeds_in_turn_and_keeps_each_ones_best_speed(tmp_path, monkeypatch):
     benchmark = load_benchmark_script()
     speeds = iter([(900, 500), (1200, 400), (800, 700), (1000, 300)])  # rounds 2 and 3, a then b in each
     calls = []
 
-    def fake_run(command):
-        calls.append(Path(command[3]).name)
+    def fake_run(command, log=None):
+        calls.append(Path(command[3]).parent.parent.name)
         words, first = next(speeds)
-        Path(command[5]).write_text(json.dumps({"words_per_second": words, "first_pass_words_per_second": first}))
+        Path(command[5]).write_text(json.dumps({"words_per_second": words, "first_pass_words_per_second": first,
+                                                "startup_seconds": 1.0}))
         return 1.0, 10.0
 
     monkeypatch.setattr(benchmark, "run_measured", fake_run)
-    for name in ("a", "b"):
-        (tmp_path / name).mkdir()
-    rows = [{"system": "a", "vectors": False, "model": str(tmp_path / "a" / "ma"), "words_per_second": 1000,
-             "first_pass_words_per_second": 450},
-            {"system": "b", "vectors": False, "model": str(tmp_path / "b" / "mb"), "words_per_second": 1100,
-             "first_pass_words_per_second": 350}]
-    args = argparse.Namespace(speed_rounds=3, out=str(tmp_path), corpus=str(tmp_path), gpu_id=-1)
-    benchmark.speed_rounds(args, rows)
-    assert calls == ["ma", "mb", "ma", "mb"]
-    assert [(r["words_per_second"], r["first_pass_words_per_second"]) for r in rows] == [(1000, 700), (1200, 400)]
-    monkeypatch.setattr(sys, "argv", ["benchmark.py", str(tmp_path), str(tmp_path), "--speed-rounds", "0"])
+    args = bench_args("demo.cfg", peers="ner-stock", seeds=[0, 1], out=str(tmp_path))
+    runs = benchmark.plan(args)
+    for run in runs:
+        run.out.mkdir(parents=True)
+    rows = [{"words_per_second": 1000, "first_pass_words_per_second": 450, "startup_seconds": 2.0},
+            {"words_per_second": 5, "first_pass_words_per_second": 5},
+            {"words_per_second": 1100, "first_pass_words_per_second": 350, "startup_seconds": 2.0},
+            {"words_per_second": 5, "first_pass_words_per_second": 5}]
+    benchmark.speed_rounds(args, rows, runs)
+    assert calls == ["demo", "ner-stock", "demo", "ner-stock"]  # the first seeds only, in turn
+    assert [(r["words_per_second"], r["first_pass_words_per_second"], r.get("startup_seconds")) for r in rows] == [
+        (1000, 700, 1.0), (5, 5, None), (1200, 400, 1.0), (5, 5, None)]
+    monkeypatch.setattr(sys, "argv", ["benchmark.py", str(tmp_path), str(tmp_path), "--configs",
+                                      str(ROOT / "configs" / "demo.cfg"), "--speed-rounds", "0"])
     with pytest.raises(SystemExit):
         benchmark.main()
-    assert calls == ["ma", "mb", "ma", "mb"]  # refused before measuring anything
+    assert len(calls) == 4  # refused before measuring anything
 
 
 @pytest.mark.slow

@@ -1,35 +1,43 @@
-"""Benchmark fofe_ner against spaCy's ner and spancat on one corpus, on this machine, in one run.
+"""The benchmark of one corpus: every shipped fofe_ner config against spaCy's ner and spancat, in one run.
 
-For each system (and each vectors setting; the -stock systems once) it trains a pipeline (or
-reuses one whose training finished under OUT/<name>), every system with the same --max-steps and
-the same corpus reader, spaCy's peers with the hash tables, the lexeme tables, the USE features and the
-optimizer settings of fofe_ner's config (the systems `spancat-stock` and `ner-stock` are spaCy's
-CPU efficiency configs as `spacy init config` writes them, only the n-gram sizes and the reader set);
-fofe_ner's decoding is then tuned on dev (`python -m spacy fofe tune`, into
-OUT/<name>/model-tuned, also reused when present), as the project's own workflows do. It
-measures on the test split, each in a fresh process: P/R/F1 (one scorer for all systems: spans
-under "sc", all levels, and for nested data GermEval's strict level-aware metric; on nested data
-spaCy's `ner` learns the outer level, doc.ents, so its recall stops there: it is there as the
-speed reference), training wall time, inference words/sec (nlp.pipe over the test texts, batch
-size 1000: first the first pass, text the pipeline has never seen, after a start-up pass over
-STARTUP_DOCS dev docs; then warm, the best of 3; each the best of --speed-rounds rounds that take the
-systems in turn), the start-up apart (loading to the first doc out, seconds), and peak memory
-(max RSS of the training and of the inference process). Every training and
-measurement runs on one thread (ONE_THREAD). Writes OUT/benchmark.json, OUT/benchmark.md and
-OUT/benchmark.png (F1 against words/sec), and the corpus's section of project/RESULTS.md (--results).
+Each system is trained with each of --seeds (a transformer config with the first seed alone on a CPU,
+with all of them on a GPU), on the same data, each fofe_ner config for its own shipped steps and the
+peers for --peer-steps; trainings run --jobs at a time, one thread each. Peers: spaCy's own CPU
+efficiency configs as `spacy init config` writes them (`ner-stock`, `spancat-stock`; only spancat's
+n-gram sizes, 1 to --max-length, and the reader set), and optionally the same with the first config's
+embedding tables and optimizer (`ner`, `spancat`: is it the model or the features?). fofe_ner's
+decoding is tuned on dev (`spacy fofe tune`); nothing is chosen on test. Then, one process at a time
+and with nothing else running, each model is scored on test once and timed: words/s of `nlp.pipe` over
+the test texts (batch 1000) on a first pass (text the pipeline has never seen, after a start-up pass
+over STARTUP_DOCS dev docs), then warm (best of 3); the start-up (loading to the first doc out) apart;
+peak memory (max RSS) of that process. The first seed's model of each system is timed again in
+--speed-rounds rounds that take the systems in turn, the best kept (this machine's speed drifts).
 
-    python scripts/benchmark.py corpus/conll metrics/benchmark-conll --lang en --vectors vectors/glove50
+A training is reused only when its fingerprint matches what this run would train: the config text
+(seed and steps included), the train and dev files, and the code (spacy_fofe's sources, spaCy's and
+Thinc's versions). Writes OUT/benchmark.json (one row per model, the raw figures), OUT/benchmark.md
+(mean and standard deviation over the seeds, speed ratios to the stock peers) and the section
+"Benchmark on CORPUS" of project/RESULTS.md with its raw figures in project/metrics/.
+
+    python scripts/benchmark.py corpus/conll metrics/benchmark-conll --lang en \
+        --configs ../configs/conll.cfg,../configs/conll_documents.cfg=corpus/conll-docs --paths.vectors vectors/glove50
+
+--speed-only times the first seed's trained models again (none is trained; a model whose fingerprint does
+not match is an error) and writes its own section: the GPU form (`--gpu-id 0`), another BLAS or CPU kernel.
 """
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional
 
 from results import RESULTS, write_section
 from spacy.util import load_config
@@ -38,33 +46,138 @@ ROOT = Path(__file__).resolve().parents[2]
 # One thread for every system, in training and measurement alike: spaCy's blis runs on one,
 # while numpy's BLAS (fofe_ner's matrix products, spacy_fofe/ml/ops.py) would take every core.
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-# The embedding spaCy's peers get when fofe_ner's config has no hash embedding to copy (the
-# vectors configs): spaCy's MultiHashEmbed with our attributes and sizes. Width 256 made spancat
-# 2.8x slower on GermEval with no F1 gain.
 # Docs of other text (the dev split) run through a pipeline after loading and before the first pass.
 STARTUP_DOCS = 200
+# The embedding the `ner` / `spancat` peers get when the first config has no hash embedding to copy (the
+# vectors configs): spaCy's MultiHashEmbed with our attributes and sizes.
 EMBED = {"width": 128, "attrs": ["NORM", "LOWER", "PREFIX", "SUFFIX", "SHAPE"], "rows": [5000, 5000, 1000, 2500, 2500]}
+# What in a config reads the pipeline's vectors.
+VECTOR_LAYERS = ("spacy_fofe.WordVectors.v1", "spacy_fofe.TunedVectors.v1", "include_static_vectors = true")
+LEXEME_EMBED = "spacy_fofe.LexemeTablesEmbed.v1"
+USE_FEATURES = "spacy_fofe.USEFeatures.v1"
+STOCK = "-stock"  # suffix of a peer trained with spaCy's config as it is ("spancat-stock")
+PEERS = ("ner-stock", "spancat-stock", "ner", "spancat")
+TRAINED = "trained.json"  # written in a model's folder when its training has finished: fingerprint, time, memory
 
 
-def fofe_config_path(args, vectors: bool) -> Path:
-    """Our config for the corpus (or --fofe-config); with vectors, conll_vectors.cfg."""
-    if vectors:
-        return ROOT / "configs" / "conll_vectors.cfg"
-    if args.fofe_config:
-        return Path(args.fofe_config)
-    name = "demo.cfg" if args.small else ("germeval.cfg" if args.nested else "conll.cfg")
-    return ROOT / "configs" / name
+class Run(NamedTuple):
+    """One model to train: system name (a config's file stem or a peer), its config file (None for a
+    peer), corpus folder, seed and output folder."""
+
+    system: str
+    config: Optional[Path]
+    corpus: Path
+    seed: int
+    out: Path
+
+    @property
+    def is_fofe(self) -> bool:
+        return self.config is not None
 
 
-def fofe_config(args, vectors: bool):
-    config = load_config(fofe_config_path(args, vectors))
-    config["nlp"]["lang"] = args.lang
-    config["components"]["fofe_ner"]["max_length"] = args.max_length
+def config_specs(text: str) -> List[tuple]:
+    """--configs "a.cfg,b.cfg=corpus/x": (config path, corpus folder or None) each."""
+    specs = []
+    for item in filter(None, text.split(",")):
+        path, _, corpus = item.partition("=")
+        specs.append((Path(path), Path(corpus) if corpus else None))
+    return specs
+
+
+def is_transformer(config_path: Path) -> bool:
+    return "spacy-transformers" in config_path.read_text(encoding="utf8")
+
+
+def plan(args) -> List[Run]:
+    """Every model of the run: each config and each peer with each seed (a transformer config on a CPU
+    with the first seed alone: a night on 2 cores holds one)."""
+    runs = []
+    for path, corpus in config_specs(args.configs):
+        seeds = args.seeds[:1] if is_transformer(path) and args.gpu_id < 0 else args.seeds
+        runs += [Run(path.stem, path, corpus or Path(args.corpus), seed, Path(args.out) / path.stem / f"seed{seed}")
+                 for seed in seeds]
+    for peer in filter(None, args.peers.split(",")):
+        runs += [Run(peer, None, Path(args.corpus), seed, Path(args.out) / peer / f"seed{seed}") for seed in args.seeds]
+    return runs
+
+
+def fofe_config(args, run: Run):
+    """The shipped config as it is, but for the seed, the paths given (--paths.NAME, only those it has), the
+    corpus reader, and its steps capped at --max-steps (with a schedule's total_steps) where given."""
+    config = load_config(run.config)
+    for key, value in args.paths.items():
+        if takes_path(run.config.read_text(encoding="utf8"), config, key):
+            config["paths"][key] = value
+    steps = config["training"]["max_steps"]
+    if args.max_steps and args.max_steps < steps:
+        config["training"]["max_steps"] = args.max_steps
+        learn_rate = config["training"]["optimizer"].get("learn_rate")
+        if isinstance(learn_rate, dict) and "total_steps" in learn_rate:
+            learn_rate["total_steps"] = args.max_steps
+    return with_reader(config, run.seed)
+
+
+def takes_path(text: str, config, key: str) -> bool:
+    """Whether a --paths.KEY is for this config: it names the key with a default to replace (a transformer,
+    a source pipeline), or it is `vectors` and the config reads vectors (a config without them would only
+    load and ship them)."""
+    if key not in config["paths"]:
+        return False
+    if key == "vectors":
+        return any(name in text for name in VECTOR_LAYERS)
+    return config["paths"][key] is not None
+
+
+def peer_steps(args) -> int:
+    """The peers' steps: --peer-steps, else the first config's (capped at --max-steps)."""
+    steps = args.peer_steps or load_config(config_specs(args.configs)[0][0])["training"]["max_steps"]
+    return min(steps, args.max_steps) if args.max_steps else steps
+
+
+def with_reader(config, seed: int):
+    """The seed, and spacy_fofe.CachedCorpus.v1 for train and dev: it reads the .spacy files once
+    (spacy_fofe/training/corpus.py), so no system's training time is mostly DocBin reading."""
+    config["system"]["seed"] = seed
+    for split in ("train", "dev"):
+        config["corpora"][split]["@readers"] = "spacy_fofe.CachedCorpus.v1"
     return config
 
 
-LEXEME_EMBED = "spacy_fofe.LexemeTablesEmbed.v1"
-USE_FEATURES = "spacy_fofe.USEFeatures.v1"
+def spacy_config(args, system: str, seed: int = 0):
+    """spaCy's own CPU efficiency config for the peer `system`, trained for peer_steps; for `ner` and
+    `spancat`, with the first config's embedding tables (lexeme tables and USE features included) and
+    optimizer (spaCy's init config has weight decay 0.01 and no parameter averaging; our configs average)."""
+    pipe = system.removesuffix(STOCK)
+    out = subprocess.run([sys.executable, "-m", "spacy", "init", "config", "-", "--lang", args.lang, "--pipeline", pipe,
+                          "--optimize", "efficiency"], capture_output=True, text=True, check=True).stdout
+    from thinc.api import Config
+
+    config = Config().from_str(out, interpolate=False)
+    config["training"]["max_steps"] = peer_steps(args)
+    if pipe == "spancat":  # spaCy's suggester stops at 3 tokens; spancat gets fofe_ner's n
+        config["components"]["spancat"]["suggester"] = {
+            "@misc": "spacy.ngram_range_suggester.v1", "min_size": 1, "max_size": args.max_length}
+    if not system.endswith(STOCK):
+        with_our_embedding(config, load_config(config_specs(args.configs)[0][0]), args.small)
+    return with_reader(config, seed)
+
+
+def with_our_embedding(config, fofe, small: bool) -> None:
+    """Give spaCy's config fofe_ner's embedding tables (around spaCy's MultiHashEmbed), USE features and
+    optimizer, so that only the models differ."""
+    model = config["components"]["tok2vec"]["model"]
+    tables, words = fofe_embedding(fofe)
+    settings = peer_embedding(words, small)
+    model["embed"].update(settings)
+    model["encode"]["width"] = settings["width"]  # spaCy ties the embedding width to the encoder's
+    if tables:  # the same Brown clusters and word frequencies around spaCy's MultiHashEmbed
+        model["embed"] = {**tables, "width": settings["width"], "embed": model["embed"]}
+    use = use_features(fofe["components"]["fofe_ner"]["model"])
+    if use:  # next to them, as in fofe_ner's concatenate; the encoder reads both
+        model["embed"] = {"@layers": "concatenate.v1",
+                          "*": {"hash": model["embed"], **{f"use{i}": block for i, block in enumerate(use)}}}
+        model["encode"]["width"] = settings["width"] + sum(block["width"] for block in use)
+    config["training"]["optimizer"] = dict(fofe["training"]["optimizer"])
 
 
 def fofe_embedding(fofe):
@@ -100,107 +213,85 @@ def use_features(model: dict) -> list:
     return [dict(section) for section in blocks(model) if section.get("@layers") == USE_FEATURES]
 
 
-def peer_embedding(words, vectors: bool, small: bool) -> dict:
+def peer_embedding(words, small: bool) -> dict:
     """The hash tables (width, attrs, rows) of the fofe_ner config's word embedding `words`, so that
     the peers embed tokens with the same tables (larger tables lift spancat too); EMBED when it has none."""
-    if not vectors and all(key in words for key in ("width", "attrs", "rows")):
+    if all(key in words for key in ("width", "attrs", "rows")):
         return {key: words[key] for key in ("width", "attrs", "rows")}
     return EMBED if not small else {**EMBED, "width": 64}
 
 
-STOCK = "-stock"  # suffix of a system trained with spaCy's config as it is ("spancat-stock")
-SYSTEMS = ("fofe_ner", "ner", "spancat", "ner-stock", "spancat-stock")
+def run_config(args, run: Run):
+    return fofe_config(args, run) if run.is_fofe else spacy_config(args, run.system, run.seed)
 
 
-def spacy_config(args, system: str, vectors: bool):
-    """spaCy's own CPU efficiency config for `system`, with fofe_ner's embedding tables (lexeme tables
-    and USE features included) and optimizer (spaCy's init config has weight decay 0.01 and no parameter averaging;
-    our configs average); for "spancat-stock" and "ner-stock", spaCy's config as it is."""
-    pipe = system.removesuffix(STOCK)
-    out = subprocess.run([sys.executable, "-m", "spacy", "init", "config", "-", "--lang", args.lang, "--pipeline", pipe,
-                          "--optimize", "efficiency"], capture_output=True, text=True, check=True).stdout
-    from thinc.api import Config
+def fingerprint(config_text: str, corpus: Path) -> Dict[str, str]:
+    """What a trained model depends on: its config, its train and dev files, and the code that trains it."""
+    import spacy
+    import thinc
 
-    config = Config().from_str(out, interpolate=False)
-    if pipe == "spancat":  # spaCy's suggester stops at 3 tokens; every system gets fofe_ner's n
-        config["components"]["spancat"]["suggester"] = {
-            "@misc": "spacy.ngram_range_suggester.v1", "min_size": 1, "max_size": args.max_length}
-    if system.endswith(STOCK):
-        return config
-    fofe = fofe_config(args, vectors)
-    model = config["components"]["tok2vec"]["model"]
-    tables, words = fofe_embedding(fofe)
-    settings = peer_embedding(words, vectors, args.small)
-    model["embed"].update(settings)
-    model["encode"]["width"] = settings["width"]  # spaCy ties the embedding width to the encoder's
-    model["embed"]["include_static_vectors"] = vectors
-    if tables:  # the same Brown clusters and word frequencies around spaCy's MultiHashEmbed
-        model["embed"] = {**tables, "width": settings["width"], "embed": model["embed"]}
-    use = use_features(fofe["components"]["fofe_ner"]["model"])
-    if use:  # next to them, as in fofe_ner's concatenate; the encoder reads both
-        model["embed"] = {"@layers": "concatenate.v1",
-                          "*": {"hash": model["embed"], **{f"use{i}": block for i, block in enumerate(use)}}}
-        model["encode"]["width"] = settings["width"] + sum(block["width"] for block in use)
-    config["training"]["optimizer"] = dict(fofe["training"]["optimizer"])
-    return config
+    def digest(paths) -> str:
+        sha = hashlib.sha256()
+        for path in paths:
+            sha.update(path.as_posix().encode() if not path.is_file() else path.read_bytes())
+        return sha.hexdigest()[:16]
+
+    sources = sorted((ROOT / "spacy_fofe").rglob("*.py"))
+    code = digest(sources) + f"; spaCy {spacy.__version__}; Thinc {thinc.__version__}"
+    return {"config": hashlib.sha256(config_text.encode()).hexdigest()[:16],
+            "data": digest([corpus / "train.spacy", corpus / "dev.spacy"]), "code": code}
 
 
-def run_measured(command):
-    """Run a command on one thread; return (seconds, peak RSS in MB)."""
+def trained(run: Run, config_text: str) -> Optional[dict]:
+    """The finished training of `run` (its TRAINED record) when its fingerprint is this run's, else None."""
+    record = run.out / TRAINED
+    if not (record.exists() and (run.out / "model-best").exists()):
+        return None
+    found = json.loads(record.read_text())
+    return found if found.get("fingerprint") == fingerprint(config_text, run.corpus) else None
+
+
+def train_and_tune(args, run: Run) -> dict:
+    """Train one model (or reuse its training when the fingerprint matches) and tune fofe_ner's decoding on
+    dev; spaCy's output goes to train.log / tune.log in its folder. Returns its TRAINED record."""
+    config_text = run_config(args, run).to_str()
+    found = trained(run, config_text)
+    if found is None:
+        if run.out.exists():
+            print(f"== {run.system} seed {run.seed}: {run.out} holds another or an unfinished training: "
+                  "training it again", flush=True)
+            shutil.rmtree(run.out)
+        run.out.mkdir(parents=True)
+        (run.out / "config.cfg").write_text(config_text)
+        command = [sys.executable, "-m", "spacy", "train", str(run.out / "config.cfg"), "--output", str(run.out),
+                   "--paths.train", str(run.corpus / "train.spacy"), "--paths.dev", str(run.corpus / "dev.spacy"),
+                   "--gpu-id", str(args.gpu_id)]
+        seconds, peak = run_measured(command, run.out / "train.log")
+        found = {"fingerprint": fingerprint(config_text, run.corpus), "train_seconds": round(seconds, 1),
+                 "train_peak_mb": round(peak)}
+        (run.out / TRAINED).write_text(json.dumps(found))
+    if run.is_fofe and not (run.out / "model-tuned").exists():
+        run_measured([sys.executable, "-m", "spacy", "fofe", "tune", str(run.out / "model-best"),
+                      str(run.corpus / "dev.spacy"), str(run.out / "model-tuned")], run.out / "tune.log")
+    return found
+
+
+def model_of(run: Run) -> Path:
+    return run.out / ("model-tuned" if run.is_fofe else "model-best")
+
+
+def run_measured(command, log: Optional[Path] = None):
+    """Run a command on one thread (its output to `log` when given); return (seconds, peak RSS in MB)."""
     start = time.perf_counter()
-    process = subprocess.Popen(command, env={**os.environ, **ONE_THREAD})
-    _, status, usage = os.wait4(process.pid, 0)
+    with open(log, "w") if log else open(os.devnull, "w") as sink:
+        output = {"stdout": sink, "stderr": subprocess.STDOUT} if log else {}
+        process = subprocess.Popen([str(part) for part in command], env={**os.environ, **ONE_THREAD}, **output)
+        _, status, usage = os.wait4(process.pid, 0)
     seconds = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"failed: {' '.join(map(str, command))}")
+        tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-20:]) if log else ""
+        raise RuntimeError(f"failed: {' '.join(map(str, command))}" + (f" (log: {log})\n{tail}" if log else ""))
     return seconds, usage.ru_maxrss / 1024
-
-
-def for_training(config, max_steps: int):
-    """The same steps and corpus reader for every system: spacy_fofe.CachedCorpus.v1 reads the .spacy
-    files once (spacy_fofe/training/corpus.py), so no system's training time is mostly DocBin reading."""
-    config["training"]["max_steps"] = max_steps
-    for split in ("train", "dev"):
-        config["corpora"][split]["@readers"] = "spacy_fofe.CachedCorpus.v1"
-    return config
-
-
-def train(args, name, config, vectors):
-    """Train one system, or reuse a finished training of the same config: train_time.json is written
-    only when `spacy train` has finished, so the model-best of an interrupted one is trained again, not
-    reused, and so is one whose config.cfg differs from this run's (a changed config or --max-steps)."""
-    out = Path(args.out) / name
-    info = out / "train_time.json"
-    config_text = for_training(config, args.max_steps).to_str()
-    same_config = (out / "config.cfg").exists() and (out / "config.cfg").read_text() == config_text
-    if info.exists() and (out / "model-best").exists() and same_config:
-        return json.loads(info.read_text())
-    if (out / "model-best").exists():
-        why = "a different config" if info.exists() else "an unfinished training (no train_time.json)"
-        print(f"== {name}: {out} holds {why}: training it again")
-    shutil.rmtree(out / "model-tuned", ignore_errors=True)  # tuned from the model this training replaces
-    info.unlink(missing_ok=True)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.cfg").write_text(config_text)
-    corpus = Path(args.corpus)
-    command = [sys.executable, "-m", "spacy", "train", str(out / "config.cfg"), "--output", str(out),
-               "--paths.train", str(corpus / "train.spacy"), "--paths.dev", str(corpus / "dev.spacy"),
-               "--gpu-id", str(args.gpu_id)]
-    if vectors:
-        command += ["--paths.vectors", args.vectors]
-    seconds, peak = run_measured(command)
-    times = {"train_seconds": round(seconds, 1), "train_peak_mb": round(peak)}
-    info.write_text(json.dumps(times))
-    return times
-
-
-def tune(args, name) -> Path:
-    """fofe_ner's dev-tuned pipeline (made once); spaCy's components have no such step."""
-    out = Path(args.out) / name
-    if not (out / "model-tuned").exists():
-        subprocess.run([sys.executable, "-m", "spacy", "fofe", "tune", str(out / "model-best"),
-                        str(Path(args.corpus) / "dev.spacy"), str(out / "model-tuned")], check=True)
-    return out / "model-tuned"
 
 
 def measure(model: str, test: str, result: str, gpu_id: int, cpu_ops: str = "numpy_blas") -> None:
@@ -262,146 +353,101 @@ def _timed(fn):
     return time.perf_counter() - start
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("corpus", nargs="?", help="folder with train.spacy, dev.spacy, test.spacy (gold under 'sc')")
-    parser.add_argument("out", nargs="?")
-    parser.add_argument("--lang", default="en")
-    parser.add_argument("--nested", action="store_true")
-    parser.add_argument("--systems", default="fofe_ner,ner,spancat",
-                        help=f"any of {', '.join(SYSTEMS)} (-stock: spaCy's configs as they are)")
-    parser.add_argument("--vectors", default=None, help="spaCy vectors folder; adds a with-vectors run of each "
-                        "(not of the -stock systems: spaCy's efficiency configs read no vectors)")
-    parser.add_argument("--vector-systems", default=None, help="those of --systems to run with vectors (default: "
-                        "all; a -stock system runs once either way)")
-    parser.add_argument("--max-steps", type=int, default=3000)
-    parser.add_argument("--max-length", type=int, default=7)
-    parser.add_argument("--gpu-id", type=int, default=-1)
-    parser.add_argument("--speed-rounds", type=int, default=3, help="rounds of words/s measurement, the best kept")
-    parser.add_argument("--small", action="store_true", help="small models (the demo corpus)")
-    parser.add_argument("--fofe-config", default=None, help="path to fofe_ner's config for the run without vectors "
-                        "(default: configs/germeval.cfg with --nested, else configs/conll.cfg)")
-    parser.add_argument("--results", default=str(RESULTS), help="the results file whose section this rewrites")
-    parser.add_argument("--cpu-ops", choices=["numpy_blas", "blis"], default="numpy_blas",
-                        help="with --measure: fofe_ner's CPU ops (blis: thinc's default, for the BLAS comparison)")
-    parser.add_argument("--measure", nargs=3, metavar=("MODEL", "TEST", "RESULT"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.measure:
-        return measure(*args.measure, args.gpu_id, args.cpu_ops)
-    if not (args.corpus and args.out):
-        parser.error("corpus and out are required")
-    if args.speed_rounds < 1:
-        parser.error("--speed-rounds must be at least 1: the first round also scores the systems")
-    if systems_error(args.systems, args.vector_systems):
-        parser.error(systems_error(args.systems, args.vector_systems))
-    from tqdm import tqdm
-
-    settings = [False] + ([True] if args.vectors else [])
-    if args.vectors and not Path(args.vectors).exists():
-        raise SystemExit(f"vectors {args.vectors} not found: run `spacy project run vectors` first")
-    runs = benchmark_runs(args.systems, args.vector_systems, bool(args.vectors))
-    rows = []
-    for system, vectors in tqdm(runs, desc="benchmark", unit="system"):
-        name = system + ("-vectors" if vectors else "")
-        tqdm.write(f"== {name}: training (max_steps={args.max_steps})")
-        config = fofe_config(args, vectors) if system == "fofe_ner" else spacy_config(args, system, vectors)
-        info = train(args, name, config, vectors)
-        model = tune(args, name) if system == "fofe_ner" else Path(args.out) / name / "model-best"
-        tqdm.write(f"== {name}: measuring {model.name} on test")
-        result = Path(args.out) / name / "measure.json"
-        peak = measure_in_process(args, model, result)
-        rows.append({"system": system, "vectors": vectors, **info, "inference_peak_mb": round(peak),
-                     **json.loads(result.read_text()), "model": str(model)})
-    speed_rounds(args, rows)
-    configs = [os.path.relpath(fofe_config_path(args, v), Path.cwd()) for v in settings]
-    write_reports(rows, Path(args.out), args.nested)
-    body = ("Test split; span P/R/F1 over all levels under `sc`; fofe_ner tuned on dev; words/s: `nlp.pipe` over "
-            f"the test texts, batch 1000, best of 3 in each of {args.speed_rounds} rounds that take the systems in "
-            "turn, one process at a time, the best kept; first pass: the test texts once, after a start-up pass over "
-            f"{STARTUP_DOCS} dev docs (text the pipeline has never seen), the best of the rounds; start-up: loading "
-            "to the first doc out, seconds; peers: spaCy's `ner` / `spancat` with "
-            "fofe_ner's embeddings (hash tables, lexeme tables, USE features where it has them) and optimizer "
-            "(`-stock`: spaCy's efficiency config as it is). Plot: "
-            f"`{(Path(args.out) / 'benchmark.png').as_posix()}`.\n\n" + (Path(args.out) / "benchmark.md").read_text())
-    write_section(f"Benchmark on {Path(args.corpus).name}", body, configs=configs, path=Path(args.results),
-                  raw=Path(args.out) / "benchmark.json")
+def measure_in_process(args, run: Run, result: Path, cpu_ops: str = "numpy_blas") -> dict:
+    """`--measure` in a fresh process on one thread: its figures, with its peak memory in MB."""
+    _, peak = run_measured([sys.executable, __file__, "--measure", model_of(run), run.corpus / "test.spacy", result,
+                            "--gpu-id", args.gpu_id, "--cpu-ops", cpu_ops])
+    return {**json.loads(result.read_text()), "inference_peak_mb": round(peak)}
 
 
-def systems_error(systems: str, vector_systems: Optional[str]) -> Optional[str]:
-    """What is wrong with --systems and --vector-systems, or None: a name that is no system, or a
-    vector system not in --systems, would otherwise be found out hours into a run, or never."""
-    names = systems.split(",")
-    unknown = [name for name in names if name not in SYSTEMS]
-    if unknown:
-        return f"--systems: unknown {', '.join(unknown)}; the systems are {', '.join(SYSTEMS)}"
-    missing = [name for name in (vector_systems or "").split(",") if name and name not in names]
-    if missing:
-        return f"--vector-systems: {', '.join(missing)} not in --systems {systems}"
-    return None
+SPEED_KEYS = ("words_per_second", "first_pass_words_per_second")
 
 
-def benchmark_runs(systems: str, vector_systems: Optional[str], vectors: bool) -> List[Tuple[str, bool]]:
-    """(system, with vectors) for each training: every system without vectors, then those of vector_systems
-    (default: all) with them, but for the `-stock` systems: spaCy's efficiency configs read no vectors, so they
-    run once and stand as the stock peer of both settings."""
-    names = systems.split(",")
-    with_vectors = (vector_systems or systems).split(",") if vectors else []
-    return [(s, False) for s in names] + [(s, True) for s in names if s in with_vectors and not s.endswith(STOCK)]
+def speed_rounds(args, rows: List[dict], runs: List[Run]) -> None:
+    """Time the first seed's model of each system again, in turn, for --speed-rounds in all (the first was
+    the scoring pass), and keep each one's best words/s and least start-up; with --blis, fofe_ner's models
+    on thinc's default ops (blis) too, in every round."""
+    firsts = first_seeds(rows, runs)
+    for round_ in range(1, args.speed_rounds + 1):
+        for row, run in firsts:
+            variants = [("numpy_blas", "")] if round_ > 1 else []
+            if args.blis and run.is_fofe:
+                variants.append(("blis", "blis_"))
+            for cpu_ops, prefix in variants:
+                print(f"== {run.system}{' on blis' if prefix else ''}: words/s, round {round_} of "
+                      f"{args.speed_rounds}", flush=True)
+                again = measure_in_process(args, run, run.out / f"speed-{cpu_ops}.json", cpu_ops)
+                for key in SPEED_KEYS:
+                    row[prefix + key] = max(row.get(prefix + key, 0), again[key])
+                key = prefix + "startup_seconds"
+                row[key] = min(row.get(key, again["startup_seconds"]), again["startup_seconds"])
 
 
-def measure_in_process(args, model: Path, result: Path) -> float:
-    """`--measure` in a fresh process on one thread; its peak memory in MB."""
-    _, peak = run_measured([sys.executable, __file__, "--measure", str(model),
-                            str(Path(args.corpus) / "test.spacy"), str(result), "--gpu-id", str(args.gpu_id)])
-    return peak
+def first_seeds(rows: List[dict], runs: List[Run]):
+    """(row, run) of each system's first seed, in the run's order."""
+    seen, firsts = set(), []
+    for row, run in zip(rows, runs):
+        if run.system not in seen:
+            seen.add(run.system)
+            firsts.append((row, run))
+    return firsts
 
 
-def speed_rounds(args, rows) -> None:
-    """Measure the systems' words/s again, in turn, for --speed-rounds in all, and keep each one's best:
-    this machine's speed drifts between minutes, and a ratio of two single passes carries that drift."""
-    for round_ in range(2, args.speed_rounds + 1):
-        for row in rows:
-            name = row["system"] + ("-vectors" if row["vectors"] else "")
-            print(f"== {name}: words/s, round {round_} of {args.speed_rounds}", flush=True)
-            result = Path(args.out) / name / "speed.json"
-            measure_in_process(args, Path(row["model"]), result)
-            again = json.loads(result.read_text())
-            for key in ("words_per_second", "first_pass_words_per_second"):
-                row[key] = max(row[key], again[key])
-            if "startup_seconds" in again:
-                row["startup_seconds"] = min(row.get("startup_seconds", again["startup_seconds"]),
-                                             again["startup_seconds"])
+def mean_sd(values: List[float]) -> str:
+    """'mean ± sd' in points (sample sd over the seeds), or the one value."""
+    values = [100 * v for v in values if v is not None]
+    if not values:
+        return ""
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
-def write_reports(rows, out: Path, nested: bool) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "benchmark.json").write_text(json.dumps(rows, indent=2))
-    header = "| system | vectors | P | R | F1 |" + (" strict F1 |" if nested else "") + \
-        " words/s, first pass | words/s, warm | start-up s | train s | train peak MB | inference peak MB | device |"
-    lines = [header, "|" + "---|" * (header.count("|") - 1)]
-    for r in rows:
-        strict = f" {100 * r['spans_sc_strict_f']:.2f} |" if nested else ""
-        lines.append(f"| {r['system']} | {'yes' if r['vectors'] else 'no'} | {100 * r['spans_sc_p']:.2f} | "
-                     f"{100 * r['spans_sc_r']:.2f} | {100 * r['spans_sc_f']:.2f} |{strict} "
-                     f"{r['first_pass_words_per_second']} | {r['words_per_second']} | {r.get('startup_seconds', '')} | "
-                     f"{r['train_seconds']} | {r['train_peak_mb']} | "
-                     f"{r['inference_peak_mb']} | {r['device']} |")
-    lines.append("")
-    for vectors in (False, True):
-        by_system = {r["system"]: r for r in rows if r["vectors"] == vectors or r["system"].endswith(STOCK)}
-        fofe = by_system.get("fofe_ner")
-        for peer in ("ner", "spancat", "ner" + STOCK, "spancat" + STOCK):
-            if fofe and peer in by_system:
-                p = by_system[peer]
-                startup = ""
-                if fofe.get("startup_seconds") and p.get("startup_seconds"):
-                    startup = f", start-up {fofe['startup_seconds'] / p['startup_seconds']:.2f}x its time"
-                lines.append(f"- vectors={'yes' if vectors else 'no'}: fofe_ner vs {peer}: F1 "
-                             f"{100 * (fofe['spans_sc_f'] - p['spans_sc_f']):+.2f} points, words/s on a first pass "
-                             f"{fofe['first_pass_words_per_second'] / p['first_pass_words_per_second']:.2f}x (warm "
-                             f"{fofe['words_per_second'] / p['words_per_second']:.2f}x){startup}")
-    (out / "benchmark.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+def summary(rows: List[dict], nested: bool, accuracy: bool = True) -> str:
+    """The accuracy table (mean ± sd over seeds; not with `accuracy` false) and the speed table (first
+    seed's model) with its ratios to the stock peers."""
+    systems: Dict[str, List[dict]] = {}
+    for row in rows:
+        systems.setdefault(row["system"], []).append(row)
+    lines = accuracy_table(systems, nested) + [""] if accuracy else []
+    return "\n".join(lines + speed_table(systems)) + "\n"
+
+
+def accuracy_table(systems: Dict[str, List[dict]], nested: bool) -> List[str]:
+    levels = [("strict F1", "spans_sc_strict_f"), ("outer F1", "spans_sc_outer_f"),
+              ("inner F1", "spans_sc_inner_f")] if nested else []
+    header = ["system", "seeds", "P", "R", "F1", *(name for name, _ in levels), "train s", "train peak MB"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, group in systems.items():
+        cells = [name, ",".join(str(r["seed"]) for r in group)]
+        cells += [mean_sd([r[key] for r in group]) for key in ("spans_sc_p", "spans_sc_r", "spans_sc_f")]
+        cells += [mean_sd([r.get(key) for r in group]) for _, key in levels]
+        cells += [f"{statistics.mean(r['train_seconds'] for r in group):.0f}",
+                  str(max(r["train_peak_mb"] for r in group))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def speed_table(systems: Dict[str, List[dict]]) -> List[str]:
+    stock = {name: group[0] for name, group in systems.items() if name.endswith(STOCK)}
+    header = ["system", "words/s, first pass", "words/s, warm", "start-up s", "inference peak MB",
+              *(f"vs {peer}, first pass / warm" for peer in stock), "device"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, group in systems.items():
+        for prefix in ("", "blis_"):
+            row = group[0]
+            if prefix + "words_per_second" not in row:
+                continue
+            cells = [name + (" (blis)" if prefix else ""), str(row[prefix + "first_pass_words_per_second"]),
+                     str(row[prefix + "words_per_second"]), str(row.get(prefix + "startup_seconds", "")),
+                     str(row["inference_peak_mb"]) if not prefix else ""]
+            cells += [f"{row[prefix + 'first_pass_words_per_second'] / peer['first_pass_words_per_second']:.2f}x / "
+                      f"{row[prefix + 'words_per_second'] / peer['words_per_second']:.2f}x" for peer in stock.values()]
+            lines.append("| " + " | ".join(cells + [row["device"]]) + " |")
+    return lines
+
+
+def plot(rows: List[dict], out: Path) -> None:
     try:
         import matplotlib
 
@@ -411,15 +457,151 @@ def write_reports(rows, out: Path, nested: bool) -> None:
         print("matplotlib is not installed: no plot (pip install 'spacy-fofe[bench]')")
         return
     fig, ax = plt.subplots(figsize=(6, 4))
-    for r in rows:
-        label = r["system"] + (" + vectors" if r["vectors"] else "")
-        ax.scatter(r["words_per_second"], 100 * r["spans_sc_f"], s=40)
-        ax.annotate(label, (r["words_per_second"], 100 * r["spans_sc_f"]), textcoords="offset points", xytext=(5, 5))
-    ax.set_xlabel(f"inference words/s ({rows[0]['device'] if rows else 'cpu'}, nlp.pipe)")
-    ax.set_ylabel("test span F1")
+    for row in first_seeds(rows, [argparse.Namespace(system=r["system"]) for r in rows]):
+        row = row[0]
+        f1 = statistics.mean(100 * r["spans_sc_f"] for r in rows if r["system"] == row["system"])
+        ax.scatter(row["first_pass_words_per_second"], f1, s=40)
+        ax.annotate(row["system"], (row["first_pass_words_per_second"], f1), textcoords="offset points", xytext=(5, 5))
+    ax.set_xlabel(f"words/s on a first pass ({rows[0]['device']}, nlp.pipe)")
+    ax.set_ylabel("test span F1, mean over seeds")
     ax.set_title(out.name)
     fig.tight_layout()
     fig.savefig(out / "benchmark.png", dpi=120)
+
+
+def train_all(args, runs: List[Run]) -> List[dict]:
+    """Train and tune every run, --jobs at a time (transformer configs first: the longest); a failed one is
+    reported with its log's end after the others have finished, and stops the benchmark."""
+    order = sorted(range(len(runs)), key=lambda i: not (runs[i].is_fofe and is_transformer(runs[i].config)))
+    records: Dict[int, dict] = {}
+    failures = []
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {pool.submit(train_and_tune, args, runs[i]): i for i in order}
+        for done, future in enumerate(as_completed(futures), 1):
+            run = runs[futures[future]]
+            try:
+                records[futures[future]] = future.result()
+                print(f"== [{done}/{len(runs)}] {run.system} seed {run.seed}: trained "
+                      f"({records[futures[future]]['train_seconds']} s)", flush=True)
+            except RuntimeError as err:
+                failures.append(f"{run.system} seed {run.seed}: {err}")
+                print(f"== [{done}/{len(runs)}] {run.system} seed {run.seed}: FAILED", flush=True)
+    if failures:
+        raise SystemExit("training failed:\n" + "\n".join(failures))
+    return [records[i] for i in range(len(runs))]
+
+
+def main() -> None:
+    args = parse_args()
+    if args.measure:
+        return measure(*args.measure, args.gpu_id, args.cpu_ops)
+    runs = plan(args)
+    for corpus in {run.corpus for run in runs}:
+        missing = [split for split in ("train", "dev", "test") if not (corpus / f"{split}.spacy").exists()]
+        if missing:
+            raise SystemExit(f"{corpus}: no {', '.join(s + '.spacy' for s in missing)}: convert the corpus first")
+    if args.speed_only:
+        runs = [run for row, run in first_seeds([{}] * len(runs), runs)]
+        records = []
+        for run in runs:
+            record = trained(run, run_config(args, run).to_str())
+            if record is None:
+                raise SystemExit(f"{run.out}: no finished training of this config, data and code: run the "
+                                 "benchmark without --speed-only first (or carry its OUT folder in)")
+            if not model_of(run).exists():
+                raise SystemExit(f"{model_of(run)} not found: run the benchmark without --speed-only first")
+            records.append(record)
+    else:
+        print(f"== {len(runs)} trainings, {args.jobs} at a time, one thread each; logs in {args.out}/*/seed*/",
+              flush=True)
+        records = train_all(args, runs)
+    rows = []
+    for i, (run, record) in enumerate(zip(runs, records), 1):
+        print(f"== [{i}/{len(runs)}] {run.system} seed {run.seed}: scoring {model_of(run).name} on test", flush=True)
+        row = measure_in_process(args, run, run.out / "measure.json")
+        rows.append({"system": run.system, "seed": run.seed, "config": str(run.config or ""),
+                     "corpus": str(run.corpus), **record, **row, "model": str(model_of(run))})
+    speed_rounds(args, rows, runs)
+    out = Path(args.out)
+    (out / "benchmark.json").write_text(json.dumps(rows, indent=1))
+    table = summary(rows, args.nested, accuracy=not args.speed_only)
+    (out / "benchmark.md").write_text(table)
+    print(table)
+    plot(rows, out)
+    title = args.section or (f"Speed on {Path(args.corpus).name}, {rows[0]['device']}" if args.speed_only
+                             else f"Benchmark on {Path(args.corpus).name}")
+    write_section(title, protocol(args, runs) + "\n\n" + table, path=Path(args.results), raw=out / "benchmark.json",
+                  configs=[str(path) for path, _ in config_specs(args.configs)])
+
+
+def protocol(args, runs: List[Run]) -> str:
+    seeds = ", ".join(f"{system} {len([r for r in runs if r.system == system])}"
+                      for system in dict.fromkeys(r.system for r in runs))
+    scored = ("Speed only (the first seed's models of the benchmark, not retrained). " if args.speed_only else
+              f"Test split, scored once per model; fofe_ner tuned on dev. Seeds per system: {seeds}; F1 etc.: mean "
+              f"± sample sd over them. Peers trained {peer_steps(args)} steps; each fofe_ner config its own steps"
+              + (f" (at most {args.max_steps})" if args.max_steps else "") + ". ")
+    return (scored + "Words/s: the first seed's model, `nlp.pipe` over the test texts, batch 1000, one thread; "
+            f"first pass after a start-up pass over {STARTUP_DOCS} dev docs, warm the best of 3; best of "
+            f"{args.speed_rounds} rounds taking the systems in turn. Start-up: loading to the first doc out. Peak "
+            "memory: max RSS of the process that scores and times the model.")
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     epilog="Any --paths.NAME VALUE is set in the configs that have paths.NAME.")
+    parser.add_argument("corpus", nargs="?", help="folder with train.spacy, dev.spacy, test.spacy (gold under 'sc')")
+    parser.add_argument("out", nargs="?", help="folder for the models and figures")
+    parser.add_argument("--configs", default="", help="fofe_ner configs, comma-separated; CONFIG=FOLDER trains "
+                        "and scores that one on another form of the corpus (whole documents)")
+    parser.add_argument("--peers", default="ner-stock,spancat-stock", help=f"any of {', '.join(PEERS)}")
+    parser.add_argument("--seeds", default="0,1,2", type=lambda text: [int(s) for s in text.split(",")])
+    parser.add_argument("--lang", default="en", help="the peers' language")
+    parser.add_argument("--nested", action="store_true", help="also report the outer, inner and strict F1")
+    parser.add_argument("--max-steps", type=int, default=0, help="cap every training's steps (0: the configs' own)")
+    parser.add_argument("--peer-steps", type=int, default=0, help="the peers' steps (0: the first config's)")
+    parser.add_argument("--max-length", type=int, default=7, help="spancat's longest n-gram (fofe_ner's n)")
+    parser.add_argument("--jobs", type=int, default=2, help="trainings side by side, one thread each")
+    parser.add_argument("--gpu-id", type=int, default=-1)
+    parser.add_argument("--speed-rounds", type=int, default=3, help="rounds of words/s measurement, the best kept")
+    parser.add_argument("--blis", action="store_true", help="also time fofe_ner on thinc's default ops (blis)")
+    parser.add_argument("--speed-only", action="store_true", help="time the trained models again; train nothing")
+    parser.add_argument("--section", default="", help="the RESULTS.md section to write (default from the corpus)")
+    parser.add_argument("--small", action="store_true", help="the ner/spancat peers' fallback embedding at width 64")
+    parser.add_argument("--results", default=str(RESULTS), help="the results file whose section this rewrites")
+    parser.add_argument("--cpu-ops", choices=["numpy_blas", "blis"], default="numpy_blas", help=argparse.SUPPRESS)
+    parser.add_argument("--measure", nargs=3, metavar=("MODEL", "TEST", "RESULT"), help=argparse.SUPPRESS)
+    args, extra = parser.parse_known_args()
+    args.paths = {}
+    while extra:
+        name = extra.pop(0)
+        if not name.startswith("--paths.") or not extra:
+            parser.error(f"unrecognized argument {name} (only --paths.NAME VALUE pairs pass to the configs)")
+        args.paths[name.removeprefix("--paths.")] = extra.pop(0)
+    if args.measure:
+        return args
+    if not (args.corpus and args.out and args.configs):
+        parser.error("corpus, out and --configs are required")
+    error = settings_error(args)
+    if error:
+        parser.error(error)
+    return args
+
+
+def settings_error(args) -> Optional[str]:
+    """What is wrong with the settings, or None: found now rather than hours into a run."""
+    unknown = [peer for peer in args.peers.split(",") if peer and peer not in PEERS]
+    if unknown:
+        return f"--peers: unknown {', '.join(unknown)}; the peers are {', '.join(PEERS)}"
+    missing = [str(path) for path, _ in config_specs(args.configs) if not path.exists()]
+    if missing:
+        return f"--configs: {', '.join(missing)} not found"
+    stems = [path.stem for path, _ in config_specs(args.configs)]
+    if len(set(stems)) < len(stems) or set(stems) & set(PEERS):
+        return "--configs: two systems of the same name (the configs' file names name them)"
+    if args.speed_rounds < 1 or args.jobs < 1 or not args.seeds:
+        return "--speed-rounds and --jobs must be at least 1, and --seeds name one seed or more"
+    return None
 
 
 if __name__ == "__main__":
