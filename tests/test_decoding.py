@@ -2,9 +2,18 @@
 
 import random
 
+import numpy
 import pytest
 
-from spacy_fofe.pipeline.decoding import Candidate, Level, decode, highest_first, longest_first
+from spacy_fofe.pipeline.decoding import (
+    Candidate,
+    CandidateTable,
+    Level,
+    decode,
+    decode_batch,
+    highest_first,
+    longest_first,
+)
 from spacy_fofe.pipeline.span_geometry import contains, crosses, nested_flags
 
 HF = Level("highest-first", 0.5)
@@ -370,3 +379,33 @@ def test_tuning_on_a_dev_file_without_gold_spans_is_an_error_and_writes_nothing(
     with pytest.raises(ValueError, match="no gold spans under doc.spans\\['sc'\\] or doc.ents.*nothing was written"):
         tune_pipeline(tmp_path / "model", tmp_path / "dev.spacy", tmp_path / "tuned")
     assert not (tmp_path / "tuned").exists()
+
+
+@pytest.mark.parametrize("levels", [[HF], [HF, HF], [NA], [NA, NA], [Level("longest-first", 0.4, {"B": 0.7})],
+                                    [Level("nesting-aware", 0.6, {"A": 0.3}), Level("highest-first", 0.5)]])
+def test_batch_decoding_equals_each_docs_decoding(levels):
+    """decode_batch decides the candidates that overlap no other of their doc by array work and decodes the
+    other docs one by one: the same spans and depths as decoding every doc alone, on random score tables
+    where most docs have no overlapping candidates and some have nested and crossing ones."""
+    rng = numpy.random.default_rng(0)
+    rows, label_ids, scores = [], [], []
+    for doc in range(300):
+        taken = set()
+        for _ in range(rng.integers(0, 4 if doc % 3 else 8)):
+            start = int(rng.integers(0, 12))
+            end = start + int(rng.integers(1, 5))
+            if doc % 3 and any(t in taken for t in range(start, end)):
+                continue  # two docs in three without overlapping candidates
+            if (start, end) in {(s, e) for _, s, e in rows if _ == doc}:
+                continue
+            taken.update(range(start, end))
+            rows.append((doc, start, end))
+            label_ids.append(int(rng.integers(0, 2)))
+            scores.append(float(rng.uniform(0.2, 1.0)))
+    order = sorted(range(len(rows)), key=rows.__getitem__)
+    table = CandidateTable(numpy.asarray([rows[i] for i in order]), numpy.asarray([label_ids[i] for i in order]),
+                           numpy.asarray([scores[i] for i in order], dtype="float32"), 301, ["A", "B"])
+    batch = decode_batch(table, levels)
+    assert [decode(table.of_doc(i), levels) for i in range(301)] == batch
+    assert sum(map(len, batch)) > 200 and batch[300] == []
+    assert decode_batch(CandidateTable.empty(2, ["A"]), levels) == [[], []]

@@ -29,7 +29,7 @@ from ..ml.model import context_tokens, is_v1_layout, members, read_v1_weights, r
 from ..ml.position_codes import sentence_start_flags
 from ..training.averaging import start_from
 from ..training.distill import Teacher, soft_targets
-from .decoding import Candidate, Level, decode, levels_from
+from .decoding import Candidate, CandidateTable, Level, decode_batch, levels_from
 from .gold import GoldStats, aligned_gold, gold_spans
 from .settings import NAMES as SETTING_NAMES
 from .settings import Cfg, Settings
@@ -215,8 +215,7 @@ class FOFENER(TrainablePipe):
         docs = list(docs)
         fragments, scores = predictions
         levels = self.levels()
-        for doc, candidates in zip(docs, self.candidates(docs, fragments, scores, levels)):
-            decoded = decode(candidates, levels)
+        for doc, decoded in zip(docs, decode_batch(self._candidate_table(docs, fragments, scores, levels), levels)):
             spans = [Span(doc, c.start, c.end, label=c.label) for c, _ in decoded]
             doc.spans[self.key] = SpanGroup(
                 doc, name=self.key, spans=spans,
@@ -241,13 +240,16 @@ class FOFENER(TrainablePipe):
         self, docs: List[Doc], fragments: numpy.ndarray, scores: Floats2d, levels: List[Level]
     ) -> List[List[Candidate]]:
         """Per doc, the fragments whose best label (NONE aside) could pass some level's threshold,
-        except those that start or end on a whitespace token (as spaCy's ner, no entity does).
+        except those that start or end on a whitespace token (as spaCy's ner, no entity does)."""
+        table = self._candidate_table(docs, fragments, scores, levels)
+        return [table.of_doc(i) for i in range(len(docs))]
 
-        The selection is array work; Python objects are made only for the candidates.
-        """
-        n_docs = len(docs)
+    def _candidate_table(
+        self, docs: List[Doc], fragments: numpy.ndarray, scores: Floats2d, levels: List[Level]
+    ) -> CandidateTable:
+        """`candidates` as arrays, selected by array work."""
         if len(fragments) == 0:
-            return [[] for _ in range(n_docs)]
+            return CandidateTable.empty(len(docs), self.labels)
         scores = numpy.asarray(scores)
         best = scores[:, 1:].argmax(axis=1)
         best_score = scores[numpy.arange(len(scores)), best + 1]
@@ -255,11 +257,7 @@ class FOFENER(TrainablePipe):
         space = numpy.concatenate([doc.to_array(IS_SPACE).reshape(-1) for doc in docs])
         on_space = edge_flagged(fragments, [len(doc) for doc in docs], space)
         keep = numpy.flatnonzero((best_score >= lowest) & ~on_space)
-        starts, ends = fragments[keep, 1].tolist(), fragments[keep, 2].tolist()
-        labels = numpy.asarray(self.labels, dtype=object)[best[keep]].tolist()
-        all_candidates = list(map(Candidate, starts, ends, labels, best_score[keep].tolist()))
-        bounds = numpy.searchsorted(fragments[keep, 0], numpy.arange(n_docs + 1)).tolist()
-        return [all_candidates[lo:hi] for lo, hi in zip(bounds, bounds[1:])]
+        return CandidateTable(fragments[keep], best[keep], best_score[keep], len(docs), self.labels)
 
     # ----- serialization ----------------------------------------------------------------
 

@@ -1,13 +1,17 @@
 """Decoding: turn scored candidate fragments of one doc into (possibly nested) spans.
 
-Plain Python over a doc's candidates, no model code. A candidate is (start, end, label,
-score) with `end` exclusive. Every algorithm costs O(C log C) plus O(C * n) for C
-candidates of at most n tokens: a candidate is only ever compared with spans that start
-within n tokens of it, never with all the doc's candidates.
+A candidate is (start, end, label, score) with `end` exclusive. A batch's candidates that
+overlap no other candidate of their doc (most of them) are decided by array work
+(`decode_batch`); a doc with overlapping candidates is decoded in plain Python, where every
+algorithm costs O(C log C) plus O(C * n) for C candidates of at most n tokens: a candidate
+is only ever compared with spans that start within n tokens of it, never with all the doc's
+candidates.
 """
 
 from bisect import bisect_left, bisect_right
 from typing import Callable, Dict, List, NamedTuple, Sequence, Tuple
+
+import numpy
 
 from .span_geometry import contains
 
@@ -184,6 +188,63 @@ def decode(candidates: Sequence[Candidate], levels: Sequence[Level]) -> List[Tup
 
     decode_level(by_start, 0)
     return sorted(found, key=lambda item: (item[0].start, -item[0].end, item[1]))
+
+
+class CandidateTable(NamedTuple):
+    """A batch's candidates as arrays, in fragment order (by doc, start, end): rows of (doc, start,
+    end), label indices into `labels`, scores; and the number of docs."""
+
+    fragments: numpy.ndarray
+    label_ids: numpy.ndarray
+    scores: numpy.ndarray
+    n_docs: int
+    labels: Sequence[str]
+
+    @classmethod
+    def empty(cls, n_docs: int, labels: Sequence[str]) -> "CandidateTable":
+        return cls(numpy.zeros((0, 3), dtype="int64"), numpy.zeros(0, dtype="int64"), numpy.zeros(0, "float32"),
+                   n_docs, labels)
+
+    def doc_bounds(self) -> List[int]:
+        return numpy.searchsorted(self.fragments[:, 0], numpy.arange(self.n_docs + 1)).tolist()
+
+    def made(self, rows) -> List[Candidate]:
+        """Candidate objects of the rows `rows` (an index array or a slice)."""
+        fragments = self.fragments[rows]
+        labels = numpy.asarray(self.labels, dtype=object)[self.label_ids[rows]].tolist()
+        return list(map(Candidate, fragments[:, 1].tolist(), fragments[:, 2].tolist(), labels,
+                        self.scores[rows].tolist()))
+
+    def of_doc(self, i: int) -> List[Candidate]:
+        lo, hi = numpy.searchsorted(self.fragments[:, 0], [i, i + 1]).tolist()
+        return self.made(slice(lo, hi))
+
+
+def decode_batch(table: CandidateTable, levels: Sequence[Level]) -> List[List[Tuple[Candidate, int]]]:
+    """`decode` of each doc's candidates. A candidate that overlaps no other candidate of its doc
+    is kept, at depth 0, exactly when it passes the outer level's threshold, whatever the
+    algorithm: that is decided for the whole batch at once, and only the docs that have
+    overlapping candidates are decoded one by one."""
+    n = len(table.scores)
+    out: List[List[Tuple[Candidate, int]]] = [[] for _ in range(table.n_docs)]
+    if n == 0:
+        return out
+    docs, starts, ends = (table.fragments[:, k] for k in range(3))
+    # In (doc, start, end) order, a doc has overlapping candidates exactly when two neighbours overlap:
+    # whatever overlaps an earlier candidate overlaps the one just before it too.
+    overlaps = (docs[1:] == docs[:-1]) & (starts[1:] < ends[:-1])
+    crowded = numpy.zeros(table.n_docs, dtype=bool)
+    crowded[docs[1:][overlaps]] = True
+    outer = levels[0]
+    thresholds = numpy.asarray([outer.label_thresholds.get(label, outer.threshold) for label in table.labels],
+                               dtype="float64")
+    alone = numpy.flatnonzero(~crowded[docs] & (table.scores >= thresholds[table.label_ids]))
+    for doc, candidate in zip(docs[alone].tolist(), table.made(alone)):
+        out[doc].append((candidate, 0))
+    bounds = table.doc_bounds()
+    for doc in numpy.flatnonzero(crowded).tolist():
+        out[doc] = decode(table.made(slice(bounds[doc], bounds[doc + 1])), levels)
+    return out
 
 
 def levels_from(cfg: Dict) -> List[Level]:
