@@ -173,6 +173,29 @@ def test_ablation_commands_of_the_project_name_variants_that_apply_to_their_conf
         assert "--raw-text" in option or "+pretraining" not in variants, line
 
 
+def test_ablation_scores_dev_only(tmp_path, monkeypatch):
+    """The ablation decides what a config keeps: it scores and times on dev (and the dev documents),
+    never on test, which the benchmark alone scores."""
+    ablation = load_benchmark_script("ablation")
+    commands = []
+
+    def fake_run(command):
+        commands.append([str(part) for part in command])
+        output = Path(commands[-1][commands[-1].index("--output") + 1] if "--output" in commands[-1]
+                      else commands[-1][5])
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps({"spans_sc_f": 0.5, "spans_sc_strict_f": 0.4, "words_per_second": 9}))
+
+    monkeypatch.setattr(ablation, "run", fake_run)
+    args = argparse.Namespace(out=str(tmp_path), corpus="corpus", docs_corpus="docs", strict=True, gpu_id=-1)
+    assert ablation.evaluate(args, "full", tmp_path / "model") == {"dev": 50.0, "dev_strict": 40.0,
+                                                                   "dev_documents": 50.0}
+    assert ablation.words_per_second(args, {"full": tmp_path / "model"}, 1) == {"full": 9}
+    assert len(commands) == 3 and all("test.spacy" not in " ".join(command) for command in commands)
+    assert [Path(command[4 if "--measure" in command else 6]).as_posix() for command in commands] == [
+        "corpus/dev.spacy", "docs/dev.spacy", "corpus/dev.spacy"]
+
+
 def test_ablation_trains_both_forms_from_one_folder_each(tmp_path):
     ablation = load_benchmark_script("ablation")
     for form in ("sentences", "documents"):
@@ -283,7 +306,7 @@ def test_ablation_trains_evaluates_and_writes_its_section(tmp_path):
                     "--max-steps", "40", "--speed-rounds", "1", "--results", results], check=True, capture_output=True)
     rows = json.loads((tmp_path / "out" / "ablation.json").read_text())
     assert [row["variant"] for row in rows] == ["full", "-char_fofe"]  # demo.cfg has no lexeme tables
-    assert all(0.0 <= row[split] <= 100.0 for row in rows for split in ("dev", "test"))
+    assert all(0.0 <= row["dev"] <= 100.0 and "test" not in row for row in rows)
     assert all(row["words_per_second"] > 0 for row in rows)
     config = (tmp_path / "out" / "-char_fofe" / "config.cfg").read_text()
     assert "char_fofe = false" in config

@@ -1,6 +1,7 @@
 """Ablation: fofe_ner with each feature group switched off and each addition switched on, one
-config, the same steps and seed; dev and test span F1 of each run's model-best (untuned, so the
-rows differ only in the model). Writes OUT/ablation.json, OUT/ablation.md and the corpus's
+config, the same steps and seed; dev span F1 of each run's model-best (untuned, so the rows differ
+only in the model). It decides what a config keeps, so it never scores the test split: that is
+scored by the benchmark (scripts/benchmark.py) alone. Writes OUT/ablation.json, OUT/ablation.md and the corpus's
 "Ablation" section of project/RESULTS.md. A variant whose training finished (OUT/<name>/trained.json)
 is not trained again, so an interrupted run resumes; one interrupted in training is trained again.
 
@@ -19,9 +20,9 @@ the base already is, or an option the base lacks, is skipped;
 `+documents` (trained on --docs-corpus, a doc per document, `fofe convert --docs`); `+both_forms`
 (trained on the sentence docs and the documents together). A feature group or model setting is
 switched on FOFENER.v2, which has these switches (a FOFENER.v3 base is written as v2 first).
-With --docs-corpus every variant is also tested on
-the documents, as a user's whole documents reach it; with --strict (nested data) the table also
-gives GermEval's strict level-aware test F1. Each variant's words/s (`nlp.pipe` over the test
+With --docs-corpus every variant is also scored on
+the dev documents, as a user's whole documents reach it; with --strict (nested data) the table also
+gives GermEval's strict level-aware dev F1. Each variant's words/s (`nlp.pipe` over the dev
 texts, batch 1000, best of 3, as scripts/benchmark.py measures) is taken in --speed-rounds
 alternating rounds, the best of its rounds kept, so that drift of the machine's speed reaches
 every variant alike; the cost of a variant is its ratio to `full` in this run.
@@ -180,34 +181,32 @@ def train_variant(args, name: str) -> Path:
 
 
 def evaluate(args, name: str, model: Path) -> dict:
-    """dev and test span F1 on the sentence corpus (dev on the documents for +documents), and
-    test on the documents when there are documents."""
-    cases = {"dev": (args.docs_corpus if name == "+documents" else args.corpus, "dev"),
-             "test": (args.corpus, "test")}
+    """dev span F1 on the sentence corpus (on the documents for +documents), and on the dev documents
+    when there are documents."""
+    cases = {"dev": args.docs_corpus if name == "+documents" else args.corpus}
     if args.docs_corpus:
-        cases["test_documents"] = (args.docs_corpus, "test")
+        cases["dev_documents"] = args.docs_corpus
     scores = {}
-    for key, (corpus, split) in cases.items():
+    for key, corpus in cases.items():
         result = Path(args.out) / name / f"{key}.json"
         if not result.exists():
-            starts = ["--sentence-starts"] if getattr(args, "sentence_starts", False) else []
-            run([sys.executable, "-m", "spacy", "fofe", "evaluate", model, Path(corpus) / f"{split}.spacy",
-                 "--output", result, *starts, *device_options(args)])
+            run([sys.executable, "-m", "spacy", "fofe", "evaluate", model, Path(corpus) / "dev.spacy",
+                 "--output", result, *device_options(args)])
         found = json.loads(result.read_text())
         scores[key] = round(100 * found["spans_sc_f"], 2)
-        if key == "test" and args.strict:
-            scores["test_strict"] = round(100 * found["spans_sc_strict_f"], 2)
+        if key == "dev" and args.strict:
+            scores["dev_strict"] = round(100 * found["spans_sc_strict_f"], 2)
     return scores
 
 
 def words_per_second(args, models: dict, rounds: int) -> dict:
-    """Each model's best words/s on the test texts over `rounds` rounds that take the models in turn."""
+    """Each model's best words/s on the dev texts over `rounds` rounds that take the models in turn."""
     best = {}
     for round_ in range(rounds):
         for name, model in models.items():
             print(f"== {name}: words/s, round {round_ + 1} of {rounds}", flush=True)
             result = Path(args.out) / name / "speed.json"
-            run([sys.executable, BENCHMARK, "--measure", model, Path(args.corpus) / "test.spacy", result,
+            run([sys.executable, BENCHMARK, "--measure", model, Path(args.corpus) / "dev.spacy", result,
                  *device_options(args)])
             best[name] = max(best.get(name, 0), json.loads(result.read_text())["words_per_second"])
     return best
@@ -215,14 +214,14 @@ def words_per_second(args, models: dict, rounds: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("corpus", help="folder with train.spacy, dev.spacy, test.spacy")
+    parser.add_argument("corpus", help="folder with train.spacy and dev.spacy")
     parser.add_argument("out")
     parser.add_argument("--config", required=True, help="fofe_ner's config, the `full` row")
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"any of {', '.join(VARIANTS)}")
     parser.add_argument("--max-steps", type=int, default=3000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--docs-corpus", default=None, help="the corpus as a doc per document (+documents)")
-    parser.add_argument("--strict", action="store_true", help="also give GermEval's strict (level-aware) test F1")
+    parser.add_argument("--strict", action="store_true", help="also give GermEval's strict (level-aware) dev F1")
     parser.add_argument("--speed-rounds", type=int, default=2, help="rounds of words/s measurement (0: none)")
     parser.add_argument("--results", default=str(RESULTS), help="the results file whose section this rewrites")
     args = parser.parse_args()
@@ -250,16 +249,16 @@ def main() -> None:
     (out / "ablation.json").write_text(json.dumps(rows, indent=2))
     full = next((row for row in rows if row["variant"] == "full"), None)
     documents, speed = bool(args.docs_corpus), args.speed_rounds > 0
-    header = ["variant", "dev F1", "test F1", "test vs full"] + (["test strict F1"] if args.strict else []) \
-        + (["test F1, documents"] if documents else []) + (["words/s", "words/s vs full"] if speed else [])
+    header = ["variant", "dev F1", "dev vs full"] + (["dev strict F1"] if args.strict else []) \
+        + (["dev F1, documents"] if documents else []) + (["words/s", "words/s vs full"] if speed else [])
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
-        delta = f"{row['test'] - full['test']:+.2f}" if full and row is not full else ""
-        cells = [row["variant"], f"{row['dev']:.2f}", f"{row['test']:.2f}", delta]
+        delta = f"{row['dev'] - full['dev']:+.2f}" if full and row is not full else ""
+        cells = [row["variant"], f"{row['dev']:.2f}", delta]
         if args.strict:
-            cells.append(f"{row['test_strict']:.2f}")
+            cells.append(f"{row['dev_strict']:.2f}")
         if documents:
-            cells.append(f"{row['test_documents']:.2f}")
+            cells.append(f"{row['dev_documents']:.2f}")
         if speed:
             ratio = row["words_per_second"] / full["words_per_second"] if full and row is not full else None
             cells += [f"{row['words_per_second']:,}", f"{ratio:.2f}x" if ratio else ""]
@@ -271,8 +270,9 @@ def main() -> None:
             f"{token_width(model['tok2vec']) or '?'} wide). "
             f"Span F1 under `sc` of each variant's model-best (untuned), {args.max_steps} steps, seed {args.seed}; "
             "`-x`: feature group or resource x off, `+x`: addition x on (see scripts/ablation.py); dev of "
-            "+documents is the documents' dev; test on the sentence docs, and on the same text as whole "
-            "documents where given" + ("; words/s: `nlp.pipe` over the test texts, batch 1000, best of 3 in each "
+            "+documents is the documents' dev; dev on the sentence docs, and on the same text as whole "
+            "documents where given; the test split is not scored" + ("; words/s: `nlp.pipe` over the dev texts, "
+                                                                     "batch 1000, best of 3 in each "
                                       f"of {args.speed_rounds} alternating rounds, the best kept" if speed else "")
             + ".\n\n" + table)
     write_section(f"Ablation on {Path(args.corpus).name}", body, configs=[args.config], path=Path(args.results),
