@@ -682,6 +682,21 @@ def test_benchmark_times_the_first_seeds_in_turn_and_keeps_each_ones_best_speed(
     assert len(calls) == 4  # refused before measuring anything
 
 
+def test_benchmark_speed_only_refuses_models_it_did_not_train(tmp_path, monkeypatch):
+    """The GPU form times the models a benchmark trained; without a finished training of the same config,
+    data and code it stops before measuring anything."""
+    benchmark = load_benchmark_script()
+    for split in ("train", "dev", "test"):
+        (tmp_path / f"{split}.spacy").write_bytes(b"docs")
+    measured = []
+    monkeypatch.setattr(benchmark, "measure_in_process", lambda *args, **kwargs: measured.append(args))
+    monkeypatch.setattr(sys, "argv", ["benchmark.py", str(tmp_path), str(tmp_path / "out"), "--configs",
+                                      str(ROOT / "configs" / "demo.cfg"), "--peers", "", "--speed-only"])
+    with pytest.raises(SystemExit, match="no finished training of this config, data and code"):
+        benchmark.main()
+    assert measured == []
+
+
 @pytest.mark.slow
 def test_long_docs_benchmark_writes_both_sweeps(tmp_path):
     import spacy

@@ -23,7 +23,8 @@ Thinc's versions). Writes OUT/benchmark.json (one row per model, the raw figures
         --configs ../configs/conll.cfg,../configs/conll_documents.cfg=corpus/conll-docs --paths.vectors vectors/glove50
 
 --speed-only times the first seed's trained models again (none is trained; a model whose fingerprint does
-not match is an error) and writes its own section: the GPU form (`--gpu-id 0`), another BLAS or CPU kernel.
+not match is an error) into OUT/speed-DEVICE.json and .md and its own section: the GPU form (`--gpu-id 0`),
+or another BLAS or CPU kernel (`--section`).
 """
 
 import argparse
@@ -367,9 +368,8 @@ def speed_rounds(args, rows: List[dict], runs: List[Run]) -> None:
     """Time the first seed's model of each system again, in turn, for --speed-rounds in all (the first was
     the scoring pass), and keep each one's best words/s and least start-up; with --blis, fofe_ner's models
     on thinc's default ops (blis) too, in every round."""
-    firsts = first_seeds(rows, runs)
     for round_ in range(1, args.speed_rounds + 1):
-        for row, run in firsts:
+        for row, run in ((rows[i], runs[i]) for i in first_seeds(runs)):
             variants = [("numpy_blas", "")] if round_ > 1 else []
             if args.blis and run.is_fofe:
                 variants.append(("blis", "blis_"))
@@ -383,14 +383,12 @@ def speed_rounds(args, rows: List[dict], runs: List[Run]) -> None:
                 row[key] = min(row.get(key, again["startup_seconds"]), again["startup_seconds"])
 
 
-def first_seeds(rows: List[dict], runs: List[Run]):
-    """(row, run) of each system's first seed, in the run's order."""
-    seen, firsts = set(), []
-    for row, run in zip(rows, runs):
-        if run.system not in seen:
-            seen.add(run.system)
-            firsts.append((row, run))
-    return firsts
+def first_seeds(runs) -> List[int]:
+    """The index of each system's first run (its first seed), in the run's order; `runs` are Runs or rows."""
+    seen: Dict[str, int] = {}
+    for i, run in enumerate(runs):
+        seen.setdefault(run["system"] if isinstance(run, dict) else run.system, i)
+    return list(seen.values())
 
 
 def mean_sd(values: List[float]) -> str:
@@ -447,7 +445,8 @@ def speed_table(systems: Dict[str, List[dict]]) -> List[str]:
     return lines
 
 
-def plot(rows: List[dict], out: Path) -> None:
+def plot(rows: List[dict], path: Path) -> None:
+    """Mean test F1 against words/s on a first pass, a point per system."""
     try:
         import matplotlib
 
@@ -457,16 +456,15 @@ def plot(rows: List[dict], out: Path) -> None:
         print("matplotlib is not installed: no plot (pip install 'spacy-fofe[bench]')")
         return
     fig, ax = plt.subplots(figsize=(6, 4))
-    for row in first_seeds(rows, [argparse.Namespace(system=r["system"]) for r in rows]):
-        row = row[0]
+    for row in (rows[i] for i in first_seeds(rows)):
         f1 = statistics.mean(100 * r["spans_sc_f"] for r in rows if r["system"] == row["system"])
         ax.scatter(row["first_pass_words_per_second"], f1, s=40)
         ax.annotate(row["system"], (row["first_pass_words_per_second"], f1), textcoords="offset points", xytext=(5, 5))
     ax.set_xlabel(f"words/s on a first pass ({rows[0]['device']}, nlp.pipe)")
     ax.set_ylabel("test span F1, mean over seeds")
-    ax.set_title(out.name)
+    ax.set_title(path.parent.name)
     fig.tight_layout()
-    fig.savefig(out / "benchmark.png", dpi=120)
+    fig.savefig(path, dpi=120)
 
 
 def train_all(args, runs: List[Run]) -> List[dict]:
@@ -501,7 +499,7 @@ def main() -> None:
         if missing:
             raise SystemExit(f"{corpus}: no {', '.join(s + '.spacy' for s in missing)}: convert the corpus first")
     if args.speed_only:
-        runs = [run for row, run in first_seeds([{}] * len(runs), runs)]
+        runs = [runs[i] for i in first_seeds(runs)]
         records = []
         for run in runs:
             record = trained(run, run_config(args, run).to_str())
@@ -518,19 +516,21 @@ def main() -> None:
     rows = []
     for i, (run, record) in enumerate(zip(runs, records), 1):
         print(f"== [{i}/{len(runs)}] {run.system} seed {run.seed}: scoring {model_of(run).name} on test", flush=True)
-        row = measure_in_process(args, run, run.out / "measure.json")
+        row = measure_in_process(args, run, run.out / ("speed-only.json" if args.speed_only else "measure.json"))
         rows.append({"system": run.system, "seed": run.seed, "config": str(run.config or ""),
                      "corpus": str(run.corpus), **record, **row, "model": str(model_of(run))})
     speed_rounds(args, rows, runs)
     out = Path(args.out)
-    (out / "benchmark.json").write_text(json.dumps(rows, indent=1))
+    # The speed-only run keeps its own files beside the benchmark's, one per device.
+    stem = f"speed-{rows[0]['device'].replace(' ', '-')}" if args.speed_only else "benchmark"
+    (out / f"{stem}.json").write_text(json.dumps(rows, indent=1))
     table = summary(rows, args.nested, accuracy=not args.speed_only)
-    (out / "benchmark.md").write_text(table)
+    (out / f"{stem}.md").write_text(table)
     print(table)
-    plot(rows, out)
+    plot(rows, out / f"{stem}.png")
     title = args.section or (f"Speed on {Path(args.corpus).name}, {rows[0]['device']}" if args.speed_only
                              else f"Benchmark on {Path(args.corpus).name}")
-    write_section(title, protocol(args, runs) + "\n\n" + table, path=Path(args.results), raw=out / "benchmark.json",
+    write_section(title, protocol(args, runs) + "\n\n" + table, path=Path(args.results), raw=out / f"{stem}.json",
                   configs=[str(path) for path, _ in config_specs(args.configs)])
 
 
