@@ -159,17 +159,24 @@ def test_a_saved_layer_ships_the_rows_of_its_most_frequent_training_words(senten
     words = loaded.attrs["projected_words"]
     assert [words.texts[orth] for orth in words.shipped] == ["Köln", "Bonn", "und"]  # by training count
     assert [words.counts[orth] for orth in words.shipped] == [4, 3, 2]
-    assert words.rows.shape[1] == 8 + 513 * sentence  # with its share of the doc's vector
-    shipped, shipped_rows = list(words.shipped), words.rows[:3].copy()
+    assert words.base.shape == (3, 8 + 513 * sentence)  # with its share of the doc's vector
+    shipped, shipped_rows = list(words.shipped), words.base.copy()
     computed = _computed_words(monkeypatch)
     docs = [nlp("Köln und Bonn"), nlp("Köln und Berlin")]
     predictions = loaded.predict(docs)
     assert computed == ["Berlin"]  # the shipped words cost a lookup
+    # New words' rows go beside the shipped ones, which stay as loaded, past the room kept for them too.
+    monkeypatch.setattr(use_features, "_LOADED_ROOM", 1)
+    more = USEFeatures(width=8, contextual="word", sentence=sentence).from_bytes(data)
+    more_docs = [nlp("Berlin Paris Rom Köln Wien und Bonn")]
+    numpy.testing.assert_array_equal(more.predict(more_docs)[0], layer.predict(more_docs)[0])
+    numpy.testing.assert_array_equal(more.attrs["projected_words"].base, shipped_rows)
+    assert more.attrs["projected_words"].n_new == 4
     numpy.testing.assert_array_equal(numpy.concatenate(predictions), numpy.concatenate(layer.predict(docs)))
     assert loaded.to_bytes() == data  # and serialize as they came
     copied = pickle.loads(pickle.dumps(words))  # a pickled copy (nlp.pipe's processes) keeps them
     assert copied.shipped == words.shipped
-    numpy.testing.assert_array_equal(copied.rows[:3], words.rows[:3])
+    numpy.testing.assert_array_equal(copied.base, words.base)
     # Trained on, the layer ships its words' rows under the new weights, from the features training kept.
     out, backprop = loaded.begin_update(train)
     backprop([numpy.ones_like(x) for x in out])
@@ -179,7 +186,7 @@ def test_a_saved_layer_ships_the_rows_of_its_most_frequent_training_words(senten
     assert len(computed) == n_computed
     assert again.attrs["projected_words"].shipped == shipped
     assert [again.attrs["projected_words"].counts[orth] for orth in shipped] == [8, 6, 4]
-    assert not numpy.array_equal(again.attrs["projected_words"].rows[:3], shipped_rows)
+    assert not numpy.array_equal(again.attrs["projected_words"].base, shipped_rows)
     numpy.testing.assert_array_equal(again.predict(docs[:1])[0], loaded.predict(docs[:1])[0])
     # A layer saved before it shipped words (no such attribute) loads, and computes them.
     msg = srsly.msgpack_loads(data)
@@ -220,7 +227,7 @@ def test_a_saved_layer_also_ships_the_rows_of_its_languages_most_frequent_other_
     n_computed = len(computed)
     again = USEFeatures(width=8, contextual="word").from_bytes(layer.to_bytes()).attrs["projected_words"]
     assert len(computed) == n_computed and again.shipped == words.shipped
-    assert not numpy.array_equal(again.rows[:7], words.rows[:7])
+    assert not numpy.array_equal(again.base, words.base)
     # Loaded, the frequent words cost a lookup and predict as the trained layer does.
     loaded = USEFeatures(width=8, contextual="word").from_bytes(data)
     n_computed = len(computed)
@@ -229,9 +236,10 @@ def test_a_saved_layer_also_ships_the_rows_of_its_languages_most_frequent_other_
     assert loaded.to_bytes() == data  # and serialize as they came
     copied = pickle.loads(pickle.dumps(loaded.attrs["projected_words"]))
     assert copied.frequent == words.frequent and copied.shipped == words.shipped
-    # A layer saved before it shipped frequent words (rows for the training words, no language) loads.
+    # A layer saved before it shipped frequent words (rows for the training words, no language), its words
+    # as bytes of their own, loads.
     msg = srsly.msgpack_loads(data)
-    inner = srsly.msgpack_loads(msg["attrs"][0]["projected_words"])
+    inner = dict(msg["attrs"][0]["projected_words"])
     inner["rows"] = inner["rows"][:4]
     del inner["frequent"], inner["lang"]
     msg["attrs"][0]["projected_words"] = srsly.msgpack_dumps(inner)

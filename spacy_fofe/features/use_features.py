@@ -177,9 +177,13 @@ class _ProjectedWords:
 
     def __init__(self):
         self.weights = numpy.zeros((0, 0), dtype=numpy.float32)
-        self.slots: Dict[int, int] = {}  # ORTH id -> its row in `rows`
+        self.slots: Dict[int, int] = {}  # ORTH id -> its row: in `base`, or len(base) + its row in `rows`
+        # The shipped words' rows as loaded (not copied: a pipeline's load holds no second copy of them),
+        # and the rows computed since, `n_new` of them filled.
+        self.base = numpy.zeros((0, 0), dtype=numpy.float16)
         self.rows = numpy.zeros((0, 0), dtype=numpy.float16)
-        self.shipped: List[int] = []  # the ORTH ids of the first rows, those loaded with the pipeline
+        self.n_new = 0
+        self.shipped: List[int] = []  # the ORTH ids of the rows of `base`, those loaded with the pipeline
         self.counts: Dict[int, int] = {}  # words seen in training (ORTH id -> tokens) and their texts
         self.texts: Dict[int, str] = {}
         self.lang = ""  # the training docs' language, and the frequent words among the loaded rows
@@ -205,15 +209,16 @@ class _ProjectedWords:
         features computed are kept for training's next save."""
         n_columns = len(weights) + (_HEAD_COLUMNS if sentence else 0)
         if not numpy.array_equal(self.weights, weights) or self.rows.shape[1] != n_columns:
-            self.weights, self.slots, self.shipped = weights.copy(), {}, []
+            self.weights, self.slots, self.shipped, self.n_new = weights.copy(), {}, [], 0
+            self.base = numpy.zeros((0, n_columns), dtype=numpy.float16)
             self.rows = numpy.zeros((1024, n_columns), dtype=numpy.float16)
         elif len(self.slots) + len(orths) > (_MAX_WORD_FEATURES if sentence else _MAX_KNOWN_WORDS):
             self.slots = {orth: row for row, orth in enumerate(self.shipped)}  # start afresh from the shipped rows
-        slots = self.slots
+            self.n_new = 0
+        slots, first = self.slots, len(self.base) + self.n_new
         new = [i for i, orth in enumerate(orths.tolist()) if orth not in slots]
         if new:
-            n_rows = len(slots)
-            self.rows = _with_room(self.rows, n_rows, len(new))
+            self.rows = _with_room(self.rows, self.n_new, len(new))
             texts = [strings[orth] for orth in orths[new].tolist()]  # only the new words' texts are needed
             for start in range(0, len(new), _WORDS_PER_PROJECTION):
                 block_texts = texts[start:start + _WORDS_PER_PROJECTION]
@@ -221,11 +226,29 @@ class _ProjectedWords:
                 rows = block @ weights.T
                 if sentence:
                     rows = numpy.concatenate([rows, _head_rows(block, block_texts)], axis=1)
-                self.rows[n_rows + start:n_rows + start + len(block)] = rows
-            slots.update(zip(orths[new].tolist(), range(n_rows, n_rows + len(new))))
-        return self.rows[numpy.fromiter(map(slots.__getitem__, orths.tolist()), dtype=numpy.int64, count=len(orths))]
+                self.rows[self.n_new + start:self.n_new + start + len(block)] = rows
+            slots.update(zip(orths[new].tolist(), range(first, first + len(new))))
+            self.n_new += len(new)
+        index = numpy.fromiter(map(slots.__getitem__, orths.tolist()), dtype=numpy.int64, count=len(orths))
+        return self.gather(index)
+
+    def gather(self, index: numpy.ndarray) -> numpy.ndarray:
+        """The rows of the slots `index`: shipped ones from `base`, the others from `rows`."""
+        n_base = len(self.base)
+        if n_base == 0 or index.min(initial=n_base) >= n_base:
+            return self.rows[index - n_base]
+        if index.max(initial=0) < n_base:
+            return self.base[index]
+        out = numpy.empty((len(index), self.rows.shape[1]), dtype=self.rows.dtype)
+        shipped = index < n_base
+        out[shipped] = self.base[index[shipped]]
+        out[~shipped] = self.rows[index[~shipped] - n_base]
+        return out
 
     def to_bytes(self, model: Optional[Model] = None) -> bytes:
+        return srsly.msgpack_dumps(self.to_dict(model))
+
+    def to_dict(self, model: Optional[Model] = None) -> dict:
         """The shipped words (training words' texts and counts, then the frequent words' texts) and their
         rows under `model`'s weights (those loaded, without `model`); they are computed now for words whose
         rows are not kept, and their features kept, as training saves again and again."""
@@ -239,27 +262,29 @@ class _ProjectedWords:
             rows = self.lookup(weights, numpy.asarray(orths + frequent_orths, dtype=numpy.uint64), texts, keep=True,
                                sentence=model.layers[0].attrs["sentence"])
         elif orths and orths + [hash_string(text) for text in frequent] == self.shipped:
-            weights, rows = self.weights, self.rows[:len(self.shipped)]
+            weights, rows = self.weights, self.base
         else:  # words counted since the rows were made, and no weights to project with: the counts alone
             weights, rows = numpy.zeros((0, 0), dtype=numpy.float32), numpy.zeros((0, 0), dtype=numpy.float16)
             frequent = []
-        return srsly.msgpack_dumps({"texts": [self.texts[orth] for orth in orths], "frequent": frequent,
-                                    "counts": [self.counts[orth] for orth in orths], "rows": rows, "weights": weights,
-                                    "lang": self.lang})
+        return {"texts": [self.texts[orth] for orth in orths], "frequent": frequent,
+                "counts": [self.counts[orth] for orth in orths], "rows": rows, "weights": weights, "lang": self.lang}
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "_ProjectedWords":
-        msg, words = srsly.msgpack_loads(data), cls()
+        return cls.from_dict(srsly.msgpack_loads(data))
+
+    @classmethod
+    def from_dict(cls, msg: dict) -> "_ProjectedWords":
+        words = cls()
         orths = [hash_string(text) for text in msg["texts"]]
         words.counts, words.texts = dict(zip(orths, msg["counts"])), dict(zip(orths, msg["texts"]))
         words.lang = msg.get("lang", "")  # pipelines saved before the frequent words have neither
         if len(msg["rows"]):
             words.frequent = list(msg.get("frequent", []))
             shipped = orths + [hash_string(text) for text in words.frequent]
-            # With room for a first pass's new words: the shipped rows are not copied to a larger array then.
-            words.weights, rows = msg["weights"].copy(), msg["rows"]
-            words.rows = numpy.zeros((len(rows) + _LOADED_ROOM, rows.shape[1]), dtype=rows.dtype)
-            words.rows[:len(rows)] = rows
+            # The shipped rows as loaded, and room for a first pass's new words beside them.
+            words.weights, words.base = msg["weights"].copy(), msg["rows"]
+            words.rows = numpy.zeros((_LOADED_ROOM, words.base.shape[1]), dtype=words.base.dtype)
             words.shipped, words.slots = shipped, {orth: row for row, orth in enumerate(shipped)}
         return words
 
@@ -276,14 +301,16 @@ def _frequent_words(lang: str, n: int, exclude: set) -> List[str]:
     return [word for word in _RANKED_WORDS[(lang, n)] if hash_string(word) not in exclude][:n]
 
 
+# Saved as a dict inside the model's message, not as bytes of its own: loading then makes one copy of
+# the shipped rows (from the file's bytes), not two (pipelines saved as bytes still load).
 @serialize_attr.register(_ProjectedWords)
-def _serialize_projected_words(_, value: _ProjectedWords, name: str, model: Model) -> bytes:
-    return value.to_bytes(model)
+def _serialize_projected_words(_, value: _ProjectedWords, name: str, model: Model) -> dict:
+    return value.to_dict(model)
 
 
 @deserialize_attr.register(_ProjectedWords)
-def _deserialize_projected_words(_, value: bytes, name: str, model: Model) -> _ProjectedWords:
-    return _ProjectedWords.from_bytes(value)
+def _deserialize_projected_words(_, value: Union[bytes, dict], name: str, model: Model) -> _ProjectedWords:
+    return _ProjectedWords.from_dict(value) if isinstance(value, dict) else _ProjectedWords.from_bytes(value)
 
 
 def _with_room(rows: numpy.ndarray, n_rows: int, n_new: int) -> numpy.ndarray:
