@@ -367,11 +367,11 @@ SPEED_KEYS = ("words_per_second", "first_pass_words_per_second")
 def speed_rounds(args, rows: List[dict], runs: List[Run]) -> None:
     """Time the first seed's model of each system again, in turn, for --speed-rounds in all (the first was
     the scoring pass), and keep each one's best words/s and least start-up; with --blis, fofe_ner's models
-    on thinc's default ops (blis) too, in every round."""
+    (but over a transformer) on thinc's default ops (blis) too, in every round."""
     for round_ in range(1, args.speed_rounds + 1):
         for row, run in ((rows[i], runs[i]) for i in first_seeds(runs)):
             variants = [("numpy_blas", "")] if round_ > 1 else []
-            if args.blis and run.is_fofe:
+            if args.blis and run.is_fofe and not is_transformer(run.config):  # a transformer's time is torch's
                 variants.append(("blis", "blis_"))
             for cpu_ops, prefix in variants:
                 print(f"== {run.system}{' on blis' if prefix else ''}: words/s, round {round_} of "
