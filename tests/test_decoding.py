@@ -409,3 +409,5 @@ def test_batch_decoding_equals_each_docs_decoding(levels):
     assert [decode(table.of_doc(i), levels) for i in range(301)] == batch
     assert sum(map(len, batch)) > 200 and batch[300] == []
     assert decode_batch(CandidateTable.empty(2, ["A"]), levels) == [[], []]
+    with pytest.raises(ValueError, match="Unknown decoding algorithm 'best-guess'"):
+        decode_batch(CandidateTable.empty(2, ["A"]), [Level("best-guess", 0.5)])  # even with nothing to decode

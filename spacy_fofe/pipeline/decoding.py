@@ -165,9 +165,7 @@ def decode(candidates: Sequence[Candidate], levels: Sequence[Level]) -> List[Tup
     (the paper's level-by-level decoding); "nesting-aware" decodes its level and all
     deeper ones at once. One level gives flat output.
     """
-    for level in levels:
-        if level.algorithm not in ALGORITHMS:
-            raise ValueError(f"Unknown decoding algorithm {level.algorithm!r}; use one of {list(ALGORITHMS)}")
+    _check(levels)
     by_start = sorted(candidates, key=lambda c: (c.start, c.end))
     starts = [c.start for c in by_start]
     found: List[Tuple[Candidate, int]] = []
@@ -188,6 +186,12 @@ def decode(candidates: Sequence[Candidate], levels: Sequence[Level]) -> List[Tup
 
     decode_level(by_start, 0)
     return sorted(found, key=lambda item: (item[0].start, -item[0].end, item[1]))
+
+
+def _check(levels: Sequence[Level]) -> None:
+    for level in levels:
+        if level.algorithm not in ALGORITHMS:
+            raise ValueError(f"Unknown decoding algorithm {level.algorithm!r}; use one of {list(ALGORITHMS)}")
 
 
 class CandidateTable(NamedTuple):
@@ -225,6 +229,7 @@ def decode_batch(table: CandidateTable, levels: Sequence[Level]) -> List[List[Tu
     is kept, at depth 0, exactly when it passes the outer level's threshold, whatever the
     algorithm: that is decided for the whole batch at once, and only the docs that have
     overlapping candidates are decoded one by one."""
+    _check(levels)
     n = len(table.scores)
     out: List[List[Tuple[Candidate, int]]] = [[] for _ in range(table.n_docs)]
     if n == 0:
