@@ -541,6 +541,8 @@ def protocol(args, runs: List[Run]) -> str:
               f"Test split, scored once per model; fofe_ner tuned on dev. Seeds per system: {seeds}; F1 etc.: mean "
               f"± sample sd over them. Peers trained {peer_steps(args)} steps; each fofe_ner config its own steps"
               + (f" (at most {args.max_steps})" if args.max_steps else "") + ". ")
+    if args.nested and any(run.system.startswith("ner") for run in runs):
+        scored += "spaCy's `ner` learns the outer level (doc.ents) alone: on nested data it is the speed reference. "
     return (scored + "Words/s: the first seed's model, `nlp.pipe` over the test texts, batch 1000, one thread; "
             f"first pass after a start-up pass over {STARTUP_DOCS} dev docs, warm the best of 3; best of "
             f"{args.speed_rounds} rounds taking the systems in turn. Start-up: loading to the first doc out. Peak "
