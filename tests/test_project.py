@@ -428,7 +428,7 @@ def bench_args(config="germeval.cfg", **settings):
     configs = ",".join(str(ROOT / "configs" / name) for name in config.split(","))
     values = {"configs": configs, "corpus": "corpus", "out": "out", "peers": "ner-stock,spancat-stock",
               "seeds": [0, 1, 2], "small": False, "lang": "de", "max_length": 7, "max_steps": 0, "peer_steps": 0,
-              "gpu_id": -1, "paths": {}, "speed_rounds": 3, "jobs": 2, "blis": False}
+              "gpu_id": -1, "paths": {}, "speed_rounds": 3, "jobs": 2, "blis": False, "only": ""}
     return argparse.Namespace(**{**values, **settings})
 
 
@@ -558,6 +558,10 @@ def test_benchmark_plans_seeds_per_system_and_a_corpus_per_config():
                     *(("ner-stock", seed, "corpus", f"out/ner-stock/seed{seed}") for seed in (0, 1, 2))]
     args.gpu_id = 0
     assert len([run for run in benchmark.plan(args) if run.system == "germeval_transformer"]) == 3
+    args.only = "conll,ner-stock"  # what one GPU lease carries in
+    assert {run.system for run in benchmark.plan(args)} == {"conll", "ner-stock"}
+    assert benchmark.settings_error(bench_args("conll.cfg", only="conll,spancat")) == (
+        "--only: spancat not among the configs and peers of this run")
 
 
 def test_benchmark_refuses_wrong_settings_before_training_any():

@@ -99,7 +99,8 @@ def plan(args) -> List[Run]:
                  for seed in seeds]
     for peer in filter(None, args.peers.split(",")):
         runs += [Run(peer, None, Path(args.corpus), seed, Path(args.out) / peer / f"seed{seed}") for seed in args.seeds]
-    return runs
+    only = set(filter(None, getattr(args, "only", "").split(",")))
+    return [run for run in runs if run.system in only] if only else runs
 
 
 def fofe_config(args, run: Run):
@@ -568,6 +569,8 @@ def parse_args():
     parser.add_argument("--speed-rounds", type=int, default=3, help="rounds of words/s measurement, the best kept")
     parser.add_argument("--blis", action="store_true", help="also time fofe_ner on thinc's default ops (blis)")
     parser.add_argument("--speed-only", action="store_true", help="time the trained models again; train nothing")
+    parser.add_argument("--only", default="", help="these systems of the run alone (config file stems or peers), "
+                        "e.g. the models one GPU lease can carry in with --speed-only")
     parser.add_argument("--section", default="", help="the RESULTS.md section to write (default from the corpus)")
     parser.add_argument("--small", action="store_true", help="the ner/spancat peers' fallback embedding at width 64")
     parser.add_argument("--results", default=str(RESULTS), help="the results file whose section this rewrites")
@@ -601,6 +604,9 @@ def settings_error(args) -> Optional[str]:
     stems = [path.stem for path, _ in config_specs(args.configs)]
     if len(set(stems)) < len(stems) or set(stems) & set(PEERS):
         return "--configs: two systems of the same name (the configs' file names name them)"
+    unknown = set(filter(None, args.only.split(","))) - set(stems) - set(filter(None, args.peers.split(",")))
+    if unknown:
+        return f"--only: {', '.join(sorted(unknown))} not among the configs and peers of this run"
     if args.speed_rounds < 1 or args.jobs < 1 or not args.seeds:
         return "--speed-rounds and --jobs must be at least 1, and --seeds name one seed or more"
     return None
