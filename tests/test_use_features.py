@@ -281,7 +281,7 @@ def test_with_contextual_word_the_docs_vector_pools_its_words_pieces_as_the_cnn_
             pieces = numpy.asarray([1, *use_features._pieces(encoder, [word])[0], 2])
             total = total + use_features._encode(encoder, pieces, numpy.asarray([len(pieces)]), True)[1:-1].sum(axis=0)
             n_pieces += len(pieces) - 2
-        head = encoder["backend"].cnn_W
+        head = encoder["weights"].cnn_W
         expected = use_features._sentence_head(encoder, total[None] @ head, numpy.asarray([n_pieces]))
         for row in features[:, 1280:]:
             numpy.testing.assert_allclose(row, expected[0], atol=2e-3)  # the word features are kept as float16
@@ -354,7 +354,7 @@ def test_the_encoder_loads_with_the_layer_and_its_absence_is_named(monkeypatch):
 
     monkeypatch.setattr(use_features, "_ENCODER", {})
     USEFeatures(width=4)  # as spacy.load builds a pipeline: the first doc does not pay for loading
-    assert {"tokenizer", "backend"} <= set(use_features._ENCODER)
+    assert {"tokenizer", "weights"} <= set(use_features._ENCODER)
     monkeypatch.setattr(use_features, "_ENCODER", {})
     real_import = builtins.__import__
 

