@@ -406,7 +406,7 @@ def test_batch_decoding_equals_each_docs_decoding(levels):
     table = CandidateTable(numpy.asarray([rows[i] for i in order]), numpy.asarray([label_ids[i] for i in order]),
                            numpy.asarray([scores[i] for i in order], dtype="float32"), 301, ["A", "B"])
     batch = decode_batch(table, levels)
-    assert [decode(table.of_doc(i), levels) for i in range(301)] == batch
+    assert [decode(candidates, levels) for candidates in table.per_doc()] == batch
     assert sum(map(len, batch)) > 200 and batch[300] == []
     assert decode_batch(CandidateTable.empty(2, ["A"]), levels) == [[], []]
     with pytest.raises(ValueError, match="Unknown decoding algorithm 'best-guess'"):

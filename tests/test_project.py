@@ -582,9 +582,13 @@ def test_benchmark_refuses_wrong_settings_before_training_any():
 def fake_trainer(commands):
     """run_measured for train_and_tune: records the command and makes the folder it would write."""
     def run(command, log=None):
-        commands.append([str(part) for part in command])
-        Path(commands[-1][commands[-1].index("--output") + 1] if "--output" in commands[-1] else commands[-1][-1],
-             "model-best" if "--output" in commands[-1] else "").mkdir(parents=True, exist_ok=True)
+        command = [str(part) for part in command]
+        commands.append(command)
+        if "--output" in command:  # spacy train OUT: OUT/model-best
+            made = Path(command[command.index("--output") + 1]) / "model-best"
+        else:  # spacy fofe tune MODEL DEV OUT
+            made = Path(command[-1])
+        made.mkdir(parents=True, exist_ok=True)
         return 1.0, 10.0
     return run
 

@@ -301,7 +301,6 @@ def measure(model: str, test: str, result: str, gpu_id: int, cpu_ops: str = "num
     fofe_ner's model on thinc's default NumpyOps (blis) instead of its numpy-BLAS Ops."""
     import spacy
     from spacy.training import Corpus
-    from thinc.api import NumpyOps
 
     from spacy_fofe.pipeline.component import FOFENER
     from spacy_fofe.pipeline.scoring import score_fofe_ner
@@ -315,8 +314,7 @@ def measure(model: str, test: str, result: str, gpu_id: int, cpu_ops: str = "num
     if cpu_ops == "blis" and device == "cpu":
         for _, pipe in nlp.pipeline:
             if isinstance(pipe, FOFENER):
-                for node in pipe.model.walk():
-                    node.ops = NumpyOps()
+                pipe.model.to_cpu()  # thinc's default CPU ops
     other = _other_texts(test, nlp.lang)
     nlp(other[0] if other else "Start .")
     startup = time.perf_counter() - start
@@ -370,7 +368,7 @@ def speed_rounds(args, rows: List[dict], runs: List[Run]) -> None:
     the scoring pass), and keep each one's best words/s and least start-up; with --blis, fofe_ner's models
     (but over a transformer) on thinc's default ops (blis) too, in every round."""
     for round_ in range(1, args.speed_rounds + 1):
-        for row, run in ((rows[i], runs[i]) for i in first_seeds(runs)):
+        for row, run in ((rows[i], runs[i]) for i in first_seeds([run.system for run in runs])):
             variants = [("numpy_blas", "")] if round_ > 1 else []
             if args.blis and run.is_fofe and not is_transformer(run.config):  # a transformer's time is torch's
                 variants.append(("blis", "blis_"))
@@ -384,11 +382,11 @@ def speed_rounds(args, rows: List[dict], runs: List[Run]) -> None:
                 row[key] = min(row.get(key, again["startup_seconds"]), again["startup_seconds"])
 
 
-def first_seeds(runs) -> List[int]:
-    """The index of each system's first run (its first seed), in the run's order; `runs` are Runs or rows."""
+def first_seeds(systems: List[str]) -> List[int]:
+    """The index of each system's first run (its first seed) in `systems`, the runs' system names in turn."""
     seen: Dict[str, int] = {}
-    for i, run in enumerate(runs):
-        seen.setdefault(run["system"] if isinstance(run, dict) else run.system, i)
+    for i, system in enumerate(systems):
+        seen.setdefault(system, i)
     return list(seen.values())
 
 
@@ -457,7 +455,7 @@ def plot(rows: List[dict], path: Path) -> None:
         print("matplotlib is not installed: no plot (pip install 'spacy-fofe[bench]')")
         return
     fig, ax = plt.subplots(figsize=(6, 4))
-    for row in (rows[i] for i in first_seeds(rows)):
+    for row in (rows[i] for i in first_seeds([row["system"] for row in rows])):
         f1 = statistics.mean(100 * r["spans_sc_f"] for r in rows if r["system"] == row["system"])
         ax.scatter(row["first_pass_words_per_second"], f1, s=40)
         ax.annotate(row["system"], (row["first_pass_words_per_second"], f1), textcoords="offset points", xytext=(5, 5))
@@ -500,7 +498,7 @@ def main() -> None:
         if missing:
             raise SystemExit(f"{corpus}: no {', '.join(s + '.spacy' for s in missing)}: convert the corpus first")
     if args.speed_only:
-        runs = [runs[i] for i in first_seeds(runs)]
+        runs = [runs[i] for i in first_seeds([run.system for run in runs])]
         records = []
         for run in runs:
             record = trained(run, run_config(args, run).to_str())

@@ -235,12 +235,12 @@ class _ProjectedWords:
     def gather(self, index: numpy.ndarray) -> numpy.ndarray:
         """The rows of the slots `index`: shipped ones from `base`, the others from `rows`."""
         n_base = len(self.base)
-        if n_base == 0 or index.min(initial=n_base) >= n_base:
-            return self.rows[index - n_base]
-        if index.max(initial=0) < n_base:
-            return self.base[index]
-        out = numpy.empty((len(index), self.rows.shape[1]), dtype=self.rows.dtype)
         shipped = index < n_base
+        if shipped.all():
+            return self.base[index]
+        if not shipped.any():
+            return self.rows[index - n_base]
+        out = numpy.empty((len(index), self.rows.shape[1]), dtype=self.rows.dtype)
         out[shipped] = self.base[index[shipped]]
         out[~shipped] = self.rows[index[~shipped] - n_base]
         return out

@@ -241,8 +241,7 @@ class FOFENER(TrainablePipe):
     ) -> List[List[Candidate]]:
         """Per doc, the fragments whose best label (NONE aside) could pass some level's threshold,
         except those that start or end on a whitespace token (as spaCy's ner, no entity does)."""
-        table = self._candidate_table(docs, fragments, scores, levels)
-        return [table.of_doc(i) for i in range(len(docs))]
+        return self._candidate_table(docs, fragments, scores, levels).per_doc()
 
     def _candidate_table(
         self, docs: List[Doc], fragments: numpy.ndarray, scores: Floats2d, levels: List[Level]

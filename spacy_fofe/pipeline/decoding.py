@@ -219,9 +219,10 @@ class CandidateTable(NamedTuple):
         return list(map(Candidate, fragments[:, 1].tolist(), fragments[:, 2].tolist(), labels,
                         self.scores[rows].tolist()))
 
-    def of_doc(self, i: int) -> List[Candidate]:
-        lo, hi = numpy.searchsorted(self.fragments[:, 0], [i, i + 1]).tolist()
-        return self.made(slice(lo, hi))
+    def per_doc(self) -> List[List[Candidate]]:
+        """Each doc's candidates."""
+        candidates, bounds = self.made(slice(None)), self.doc_bounds()
+        return [candidates[lo:hi] for lo, hi in zip(bounds, bounds[1:])]
 
 
 def decode_batch(table: CandidateTable, levels: Sequence[Level]) -> List[List[Tuple[Candidate, int]]]:
