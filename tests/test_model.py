@@ -286,6 +286,7 @@ SPACY_EMBED = {"@architectures": "spacy.MultiHashEmbed.v2", "width": 32, "rows":
 
 
 @pytest.mark.parametrize("model_config,same", [({}, True), ({"stop_at_sentences": True}, True),
+                                               ({"fragment_filter": {"@layers": "spacy_fofe.BoundaryScorer.v1"}}, True),
                                                ({"tok2vec": SPACY_EMBED}, False)])
 def test_a_batch_of_twice_the_docs_makes_the_same_array_calls(model_config, same):
     """predict's array work does not grow with the number of docs: no call of the Ops per doc. (spaCy's

@@ -5,8 +5,12 @@ output is a (F, n_labels + 1) array of probabilities, column 0 being NONE. The l
 order (docs/architecture.md follows a batch through them):
 
     PositionCodes(tok2vec, WordFOFECodes, CharFOFECodes)   docs -> codes at every token
+    [BoundaryScorer]                                       codes -> which fragments to score
     FragmentProjection                                     (codes, fragments) -> ReLU layer 1
     Relu x (depth - 1), Softmax                            -> probabilities
+
+With a BoundaryScorer (the fragment filter), training input is (docs, fragments, is_entity),
+a bool per fragment, from which the scorer learns the gold boundaries.
 """
 
 from typing import Callable, List, Optional, Tuple
@@ -17,7 +21,7 @@ from spacy.util import registry
 from thinc.api import Model, Relu, Softmax, chain
 from thinc.types import Floats2d, Ints2d
 
-from . import fofe
+from . import boundaries, fofe
 from .ops import with_cpu_ops
 from .position_codes import CharFOFECodes, PositionCodes, WordFOFECodes, forgetting_factor
 from .projection import LENGTH_ROWS, FragmentProjection, blocks_of
@@ -44,6 +48,7 @@ def build_fofe_ner_model(
     char_width: int = 32,
     n_char_buckets: int = 2048,
     stop_at_sentences: bool = False,
+    fragment_filter: Optional[Model] = None,
     nO: Optional[int] = None,
 ) -> Model[InT, Floats2d]:
     """Build the FOFE fragment scorer over any tok2vec.
@@ -56,11 +61,14 @@ def build_fofe_ner_model(
         code point modulo n_char_buckets (so any text works; rare collisions are shared rows).
     stop_at_sentences: restart the FOFE codes at each sentence start a doc has, instead of
         letting the context of a whole document reach across its sentences.
+    fragment_filter: a spacy_fofe.BoundaryScorer.v1, trained beside the scorer, so that only
+        fragments with a plausible first and last token are scored; null scores every fragment.
     The first layer has a learned row per fragment length, since no other feature tells the
     net a fragment's length.
     """
     return _build(tok2vec, list(GROUPS), hidden_width, depth, dropout, word_alpha, char_alpha, char_width,
-                  n_char_buckets, stop_at_sentences, learn_alphas=(True, True), length_bias=True, nO=nO)
+                  n_char_buckets, stop_at_sentences, learn_alphas=(True, True), length_bias=True, nO=nO,
+                  fragment_filter=fragment_filter)
 
 
 @registry.architectures("spacy_fofe.FOFENER.v2")
@@ -107,7 +115,8 @@ registry.architectures("spacy_fofe.FOFENER.v1")(build_fofe_ner_model_v2)
 
 def _build(tok2vec: Model, groups: List[str], hidden_width: int, depth: int, dropout: float, word_alpha: float,
            char_alpha: float, char_width: int, n_char_buckets: int, stop_at_sentences: bool, *,
-           learn_alphas: Tuple[bool, bool], length_bias: bool, nO: Optional[int]) -> Model[InT, Floats2d]:
+           learn_alphas: Tuple[bool, bool], length_bias: bool, nO: Optional[int],
+           fragment_filter: Optional[Model] = None) -> Model[InT, Floats2d]:
     _check_settings(groups, hidden_width=hidden_width, depth=depth, dropout=dropout, word_alpha=word_alpha,
                     char_alpha=char_alpha, char_width=char_width, n_char_buckets=n_char_buckets)
     char_fofe = "char_fofe" in groups
@@ -119,13 +128,15 @@ def _build(tok2vec: Model, groups: List[str], hidden_width: int, depth: int, dro
     projection = FragmentProjection(blocks_of(groups), nO=hidden_width, nC=char_width if char_fofe else 0,
                                     dropout=dropout, nL=LENGTH_ROWS if length_bias else 0)
     scorer, output = _scorer(hidden_width, depth, dropout, nO)
+    if fragment_filter is not None and not {"left_context", "right_context"} <= set(groups):
+        raise ValueError("spacy_fofe.FOFENER: the fragment filter reads the left and right context codes")
     model = Model(
         "fofe_ner",
         _forward,
         init=_init,
-        layers=[codes, chain(projection, scorer)],
+        layers=[codes, chain(projection, scorer)] + ([fragment_filter] if fragment_filter is not None else []),
         refs={"codes": codes, "tok2vec": tok2vec, "projection": projection, "word_codes": word_codes,
-              "char_codes": char_codes, "scorer": scorer, "output": output},
+              "char_codes": char_codes, "scorer": scorer, "output": output, "fragment_filter": fragment_filter},
         dims={"nO": nO},
         attrs={"chunk_cells": CHUNK_CELLS, "groups": groups,
                "reads_listener": any(_is_listener(node) for node in tok2vec.walk())},
@@ -213,6 +224,11 @@ def _init(model: Model[InT, Floats2d], X: Optional[InT] = None, Y=None) -> None:
     model.get_ref("scorer").initialize()
     projection.initialize()
     model.get_ref("word_codes").initialize()
+    if has_fragment_filter(model):
+        fragment_filter = model.get_ref("fragment_filter")
+        if fragment_filter.has_dim("nI") is not True:
+            fragment_filter.set_dim("nI", projection.get_dim("nI"))
+        fragment_filter.initialize()
     if model.has_ref("char_codes") is True:
         model.get_ref("char_codes").initialize()
 
@@ -228,26 +244,69 @@ def _infer_width(tok2vec: Model, docs: Optional[List[Doc]]) -> int:
                      "dimension or initialize with sample docs")
 
 
+def has_fragment_filter(model: Model) -> bool:
+    """Whether a FOFENER model (or every member of an ensemble) has a BoundaryScorer."""
+    return all(member.has_ref("fragment_filter") is True for member in members(model))
+
+
 def _forward(model: Model[InT, Floats2d], inputs: InT, is_train: bool) -> Tuple[Floats2d, Callable]:
-    docs, fragments = inputs
+    docs, fragments = inputs[:2]
     fragments = numpy.asarray(fragments, dtype="int64").reshape((-1, 3))
     if len(fragments) == 0 or sum(len(doc) for doc in docs) == 0:
         return model.ops.alloc2f(0, model.get_dim("nO")), lambda d_scores: []
     codes, backprop_codes = model.get_ref("codes")(docs, is_train)
     head = model.layers[1]
     if not is_train:
-        return _predict_in_blocks(model, head, codes, fragments), _no_backprop
+        return _predict_filtered(model, head, codes, fragments), _no_backprop
     scores, backprop_head = head((codes, fragments), is_train)
+    backprop_filter = _train_filter(model, codes, fragments, inputs[2]) if len(inputs) > 2 else None
 
     def backprop(d_scores: Floats2d):
-        backprop_codes(backprop_head(d_scores))
+        d_codes = backprop_head(d_scores)
+        if backprop_filter is not None:
+            for name, d_array in backprop_filter().items():
+                d_codes[name] = d_codes[name] + d_array if name in d_codes else d_array
+        backprop_codes(d_codes)
         return []
 
     return scores, backprop
 
 
+def _train_filter(model: Model, codes, fragments: numpy.ndarray, is_entity) -> Optional[Callable]:
+    """The fragment filter's forward on the codes, against the gold fragments' boundaries;
+    returns the backprop to the codes' arrays (None without a filter)."""
+    if not has_fragment_filter(model):
+        return None
+    fragment_filter = model.get_ref("fragment_filter")
+    logits, backprop_logits = fragment_filter(codes, True)
+    truth = boundaries.targets(codes.lengths, fragments, numpy.asarray(is_entity, dtype=bool))
+    return lambda: backprop_logits(boundaries.logistic_gradient(fragment_filter, logits, truth))
+
+
 def _no_backprop(d_scores):
     raise ValueError("fofe_ner model: backprop called on a forward pass run with is_train=False")
+
+
+def _predict_filtered(model: Model, head: Model, codes, fragments: numpy.ndarray) -> Floats2d:
+    """Probabilities of every fragment; with a fragment filter, only the plausible fragments are
+    scored and the others get NONE."""
+    threshold = model.get_ref("fragment_filter").attrs["threshold"] if has_fragment_filter(model) else 0.0
+    if threshold <= 0.0:
+        return _predict_in_blocks(model, head, codes, fragments)
+    probs = boundaries.sigmoid(model.ops, model.get_ref("fragment_filter").predict(codes))
+    keep = numpy.flatnonzero(boundaries.plausible(probs, fragments, codes.lengths, threshold))
+    scores = model.ops.alloc2f(len(fragments), model.get_dim("nO"))
+    scores[:, 0] = 1.0
+    if len(keep):
+        scores[model.ops.asarray(keep)] = _predict_in_blocks(model, head, codes, fragments[keep])
+    return scores
+
+
+def boundary_probabilities(model: Model[InT, Floats2d], docs: List[Doc]) -> numpy.ndarray:
+    """(tokens of all docs, 2): each token's probability of starting and of ending a span, by the
+    model's fragment filter (docs as the model reads them: after any upstream component)."""
+    codes = model.get_ref("codes").predict(docs)
+    return boundaries.sigmoid(model.ops, model.get_ref("fragment_filter").predict(codes))
 
 
 def _predict_in_blocks(model: Model, head: Model, codes, fragments: numpy.ndarray) -> Floats2d:

@@ -12,7 +12,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy
 from spacy.util import registry
-from thinc.api import Model, glorot_uniform_init
+from thinc.api import Model, get_array_module, glorot_uniform_init
 from thinc.types import Floats2d, Ints2d
 
 from . import fofe
@@ -42,6 +42,9 @@ SOURCES = {
 }
 
 InT = Tuple[Codes, Ints2d]
+# Inference reads the fragments' cells one by one, instead of building the grid of every cell
+# of their rows, when they take less than 1 / SPARSE_SHARE of the grid's cells (a filtered batch).
+SPARSE_SHARE = 3
 # With a length bias, fragments of this many tokens or more share its last row.
 LENGTH_ROWS = 16
 
@@ -113,11 +116,14 @@ def _forward(model: Model, inputs: InT, is_train: bool) -> Tuple[Floats2d, Calla
     n = int(sizes.max())
     begin, end = (0, n_tokens) if is_train else (int(starts.min()), int(starts.max()) + 1)
     placed, backprop_placed = _project(model, codes.arrays, begin, min(end + n - 1, n_tokens))
-    # alpha ** (characters in the fragment) of each grid cell; training's backward reuses it (begin is 0 there).
-    decay = _char_decay(codes, n, begin, end) if codes.char_bounds is not None else None
-    grid = fofe.fragment_grid(placed, n, end - begin, decay)
-    cells = ops.asarray((starts - begin) * n + sizes - 1)
-    pre = grid.reshape((-1, nH))[cells]  # a copy: add and clip in place
+    if not is_train and len(fragments) * SPARSE_SHARE < (end - begin) * n:
+        pre = _cells_of(codes, placed, starts, sizes, begin)
+    else:
+        # alpha ** (characters in the fragment) of each grid cell; training's backward reuses it (begin is 0).
+        decay = _char_decay(codes, n, begin, end) if codes.char_bounds is not None else None
+        grid = fofe.fragment_grid(placed, n, end - begin, decay)
+        cells = ops.asarray((starts - begin) * n + sizes - 1)
+        pre = grid.reshape((-1, nH))[cells]  # a copy: add and clip in place
     pre += model.get_param("b")
     lengths_at = None
     if length_rows(model):
@@ -155,6 +161,16 @@ def _forward(model: Model, inputs: InT, is_train: bool) -> Tuple[Floats2d, Calla
 
 def _no_backprop(d_hidden):
     raise ValueError("fragment_projection: backprop called on a forward pass run with is_train=False")
+
+
+def _cells_of(codes: Codes, placed: Dict[str, Floats2d], starts: numpy.ndarray, sizes: numpy.ndarray, begin: int):
+    """The fragments' pre-activations read from the projected rows one by one, without the grid."""
+    xp = get_array_module(next(iter(placed.values())))
+    decay = None
+    if codes.char_bounds is not None:
+        first, last = xp.asarray(starts), xp.asarray(starts + sizes - 1)
+        decay = fofe.fragment_decay(*codes.char_bounds, first, last, codes.char_alpha)
+    return fofe.fragment_cells(placed, xp.asarray(starts - begin), xp.asarray(sizes), decay)
 
 
 def _char_decay(codes: Codes, n: int, begin: int, end: int):

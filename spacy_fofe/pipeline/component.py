@@ -25,7 +25,15 @@ from thinc.types import Floats2d
 from wasabi import msg
 
 from ..ml.fragments import edge_flagged, enumerate_fragments, fragment_targets, sample_fragments, within_sentences
-from ..ml.model import context_tokens, is_v1_layout, members, read_v1_weights, reads_listener, stops_at_sentences
+from ..ml.model import (
+    context_tokens,
+    has_fragment_filter,
+    is_v1_layout,
+    members,
+    read_v1_weights,
+    reads_listener,
+    stops_at_sentences,
+)
 from ..ml.position_codes import sentence_start_flags
 from ..training.averaging import start_from
 from ..training.distill import Teacher, soft_targets
@@ -337,7 +345,10 @@ class FOFENER(TrainablePipe):
         if len(keep) == 0:
             return losses
         set_dropout_rate(self.model, drop)
-        scores, backprop = self.model.begin_update((docs, fragments[keep]))
+        inputs = (docs, fragments[keep])
+        if has_fragment_filter(self.model):
+            inputs += (labels[keep] > 0,)  # the filter learns the gold fragments' boundaries
+        scores, backprop = self.model.begin_update(inputs)
         if self._teacher is None:
             truth = soft_targets(labels[keep], scores.shape[1])
         else:

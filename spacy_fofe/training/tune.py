@@ -8,11 +8,14 @@ import random
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from spacy.tokens import Span
+import numpy
+from spacy.tokens import Doc, Span
 from spacy.training import Example
 
+from ..ml.boundaries import RECALL, span_plausibility, threshold_for_recall
+from ..ml.model import boundary_probabilities, has_fragment_filter, members
 from ..pipeline.decoding import ALGORITHMS, Candidate, Level, decode, levels_from
-from ..pipeline.gold import gold_spans, same_tokens, unknown_labels_note
+from ..pipeline.gold import aligned_gold, gold_spans, same_tokens, unknown_labels_note
 from ..pipeline.loading import load_pipeline
 from ..pipeline.scoring import span_levels
 from .corpus import read_examples
@@ -121,6 +124,36 @@ def tune_decoding(candidates: Sequence[List[Candidate]], gold: Sequence[Gold], c
     return cfg, before, best
 
 
+def tune_fragment_filter(ner, batches: Sequence[Tuple[List[Example], List[Doc]]], recall: float = RECALL,
+                         log: Callable[[str], None] = print) -> Dict[str, float]:
+    """Set the fragment filter's threshold to the highest that keeps `recall` of the dev gold spans
+    the model can score (those within max_length); each member of an ensemble its own. Returns,
+    per member, the threshold and the shares of gold spans and of fragments it keeps."""
+    figures = {}
+    for number, member in enumerate(members(ner.model)):
+        plausibility, fragment_probs = [], []
+        for batch, docs in batches:
+            probs = boundary_probabilities(member, docs)
+            lengths = numpy.asarray([len(doc) for doc in docs], dtype="int64")
+            spans = [(i, s.start, s.end) for i, eg in enumerate(batch) for s in aligned_gold(eg, ner.key)
+                     if s.end - s.start <= ner.cfg["max_length"]]
+            plausibility.append(span_plausibility(probs, spans, lengths))
+            fragments = ner._fragments(docs)
+            fragment_probs.append(span_plausibility(probs, fragments, lengths))
+        values, fragment_values = numpy.concatenate(plausibility), numpy.concatenate(fragment_probs)
+        threshold = threshold_for_recall(values, recall)
+        member.get_ref("fragment_filter").attrs["threshold"] = threshold
+        name = f" of member {number}" if len(members(ner.model)) > 1 else ""
+        figures[f"filter_threshold_{number}"] = threshold
+        figures[f"filter_recall_{number}"] = float((values >= threshold).mean()) if len(values) else 1.0
+        figures[f"filter_fragments_{number}"] = float((fragment_values >= threshold).mean()) if len(
+            fragment_values) else 1.0
+        log(f"fragment filter{name}: threshold {threshold:.4f} keeps {100 * figures[f'filter_recall_{number}']:.2f}% "
+            f"of {len(values)} dev gold spans and {100 * figures[f'filter_fragments_{number}']:.1f}% of "
+            f"{len(fragment_values)} fragments")
+    return figures
+
+
 def tune_pipeline(model: Path, dev: Path, output: Path, component: str = "fofe_ner", batch_size: int = 256,
                   objective: str = "span", label_thresholds: bool = True, holdout: float = 0.0,
                   sentence_starts: bool = False, log: Callable[[str], None] = print) -> Dict[str, float]:
@@ -142,11 +175,7 @@ def tune_pipeline(model: Path, dev: Path, output: Path, component: str = "fofe_n
     nlp, ner = load_pipeline(model, component)
     # spaCy's own reader, so examples (and their tokenization) are those `spacy evaluate` uses.
     examples = read_examples(dev, nlp, sentence_starts)
-    log(f"Scoring {len(examples)} dev docs once with {component} ...")
-    candidates: List[List[Candidate]] = []
-    gold: List[Gold] = []
-    maps: List[Dict] = []
-    lowest = Level("highest-first", GRID[0])
+    batches = []
     for i in range(0, len(examples), batch_size):
         batch = examples[i:i + batch_size]
         docs = [eg.predicted for eg in batch]
@@ -154,6 +183,16 @@ def tune_pipeline(model: Path, dev: Path, output: Path, component: str = "fofe_n
             if name == component:
                 break
             docs = list(proc.pipe(docs))
+        batches.append((batch, docs))
+    figures = {}
+    if has_fragment_filter(ner.model):
+        figures.update(tune_fragment_filter(ner, batches, log=log))
+    log(f"Scoring {len(examples)} dev docs once with {component} ...")
+    candidates: List[List[Candidate]] = []
+    gold: List[Gold] = []
+    maps: List[Dict] = []
+    lowest = Level("highest-first", GRID[0])
+    for batch, docs in batches:
         fragments, scores = ner.predict(docs)
         batch_candidates = ner.candidates(docs, fragments, scores, [lowest])
         candidates.extend(batch_candidates)
@@ -163,7 +202,7 @@ def tune_pipeline(model: Path, dev: Path, output: Path, component: str = "fofe_n
                          for span in spans} for eg in batch)
         else:
             gold.extend({(s.start, s.end, s.label_) for s in gold_spans(eg.reference, ner.key)} for eg in batch)
-        log(f"  {min(i + batch_size, len(examples))}/{len(examples)}")
+        log(f"  {len(candidates)}/{len(examples)}")
     if not any(gold):
         raise ValueError(f"{dev} has no gold spans under doc.spans[{ner.key!r}] or doc.ents, so there is nothing "
                          f"to tune against; nothing was written. Check the file and the component's spans_key.")
@@ -176,7 +215,7 @@ def tune_pipeline(model: Path, dev: Path, output: Path, component: str = "fofe_n
         raise ValueError(f"holdout {holdout} leaves no gold spans to tune on; nothing was written. Lower it.")
     new_cfg, before, after = tune_decoding(part(candidates, tuned_on), part(gold, tuned_on), ner.cfg, ner.labels,
                                            part(maps, tuned_on), strict, label_thresholds=label_thresholds, log=log)
-    figures = {"before": before, "after": after}
+    figures.update({"before": before, "after": after})
     keys = ["decoding", "nested_decoding", "threshold", "nested_threshold", "label_thresholds"]
     name = "strict level-aware F1" if strict else "span F1"
     log(f"dev {name} (as spacy evaluate scores it) on {len(tuned_on)} docs, before: {100 * before:.2f}  "
