@@ -233,7 +233,7 @@ def test_an_interrupted_training_is_trained_again_not_reused(tmp_path, monkeypat
     ensemble = load_benchmark_script("ensemble")
     monkeypatch.setattr(ensemble, "run", commands.append)
     args = argparse.Namespace(out=str(tmp_path / "ens"), config=str(tmp_path / "ens.cfg"), corpus="corpus",
-                              overrides=[], with_dev=False)
+                              overrides=[])
     Path(args.config).write_text("")
     seed = tmp_path / "ens" / "seed1"
     for made in ("seed1/model-best", "seed1/model-tuned", "ensemble0+1/model-best", "ensemble0+2/model-best",
@@ -329,7 +329,9 @@ def test_ensemble_script_trains_seeds_merges_them_and_writes_its_section(tmp_pat
     student = load_config(tmp_path / "out" / "distilled1" / "model-best" / "config.cfg")
     teacher = student["initialize"]["components"]["fofe_ner"]["teacher"]
     assert Path(teacher) == tmp_path / "out" / "ensemble0+1" / "model-best"
-    assert all(0.0 <= row[split] <= 100.0 for row in rows.values() for split in ("dev", "test", "test_strict"))
+    assert all(0.0 <= row[split] <= 100.0 for row in rows.values() for split in ("dev", "dev_strict"))
+    assert not any("test" in key for row in rows.values() for key in row)  # the benchmark's alone
+    assert not list((tmp_path / "out").rglob("test*.json"))
     assert "max_steps = 40" in (tmp_path / "out" / "seed1" / "model-best" / "config.cfg").read_text()
     tuned = load_config(tmp_path / "out" / "ensemble0+1" / "model-tuned" / "config.cfg")
     assert tuned["components"]["fofe_ner"]["model"]["@architectures"] == "spacy_fofe.FOFEEnsemble.v1"
@@ -367,18 +369,16 @@ def test_ensemble_script_branches_each_seed_and_averages_the_branches(tmp_path):
               "--config", ROOT / "configs" / "demo.cfg", "--seeds", "0", "--no-ensembles", "--results", results]
     refused = subprocess.run(script + ["--branches", "3"], capture_output=True, text=True)
     assert refused.returncode == 2 and "--branches: two or more seeds" in refused.stderr
-    branched = script + ["--branches", "3,4", "--branch-steps", "10", "--with-dev", "--speed-rounds", "0",
+    branched = script + ["--branches", "3,4", "--branch-steps", "10", "--speed-rounds", "0",
                          "--section", "Branches", "--training.max_steps", "20"]
     subprocess.run(branched, check=True, capture_output=True)
     out = tmp_path / "out"
     rows = json.loads((out / "ensemble.json").read_text())
     assert [row["model"] for row in rows] == ["seed0", "branch0-3", "branch0-4", "average0"]
-    assert not list(out.glob("*/model-tuned"))  # --with-dev scores the models as trained
-    assert sorted(link.name for link in (out / "train-dev").iterdir()) == ["dev.spacy", "train.spacy"]
     branch = load_config(out / "branch0-4" / "model-best" / "config.cfg")
     assert Path(branch["initialize"]["components"]["fofe_ner"]["init_weights"]) == out / "seed0" / "model-best"
     assert branch["training"]["max_steps"] == 10 and branch["system"]["seed"] == 4
-    assert Path(branch["paths"]["train"]) == out / "train-dev"
+    assert Path(branch["paths"]["train"]) == corpus / "train.spacy"
     ners = [spacy.load(out / name / "model-best").get_pipe("fofe_ner")
             for name in ("branch0-3", "branch0-4", "average0")]
     assert ners[0].cfg["start"] == ners[1].cfg["start"] == ners[2].cfg["start"] is not None
@@ -386,12 +386,12 @@ def test_ensemble_script_branches_each_seed_and_averages_the_branches(tmp_path):
     assert not (first == second).all() and abs(mean - (first + second) / 2).max() < 1e-6
     section = results.read_text()
     assert "| branch0-3 | 1 |" in section and "- average of 2 branches, mean of 1:" in section
-    assert "- 1 branch, mean of 2:" in section and "(`--with-dev`)" in section
-    assert re.search(r"- 1 branch, mean of 2: dev \d+\.\d\d ± \d+\.\d\d, test \d+\.\d\d ± \d+\.\d\d", section)
+    assert re.search(r"- 1 branch, mean of 2: dev \d+\.\d\d ± \d+\.\d\d$", section, re.M)
     record = json.loads((out / "seed0" / "trained.json").read_text())
-    ensemble = load_benchmark_script("ensemble")  # a model trained with dev is not one trained without
-    assert ensemble.reusable(out / "seed0", record["overrides"], record["config"], with_dev=True)
-    assert not ensemble.reusable(out / "seed0", record["overrides"], record["config"], with_dev=False)
+    ensemble = load_benchmark_script("ensemble")  # one trained on dev too by an earlier version is not reused
+    assert ensemble.reusable(out / "seed0", record["overrides"], record["config"])
+    (out / "seed0" / "trained.json").write_text(json.dumps({**record, "with_dev": True}))
+    assert not ensemble.reusable(out / "seed0", record["overrides"], record["config"])
     # A retrained trunk makes its branches train again and their average be made again.
     average_made = (out / "average0" / "model-best" / "config.cfg").stat().st_mtime
     (out / "seed0" / "trained.json").unlink()
@@ -863,23 +863,12 @@ def test_a_section_written_with_raw_figures_names_them_and_they_are_saved_with_i
         "`run it`" and saved["section"] == "Benchmark on conll" and "commit" in saved and "date" in saved
 
 
-# Sections written before the scripts saved their raw figures (their JSON was never committed): each
-# leaves this list when its benchmark runs again and RESULTS gets the section with its raw file.
-WITHOUT_RAW_FIGURES = {"Benchmark on germeval", "Benchmark on conll", "Long documents", "Ablation on conll",
-                       "Ablation on germeval", "Ensemble on germeval", "Ensemble on conll", "Transformer on conll",
-                       "Transformer on conll, 3000 steps", "Errors on germeval", "Errors on conll",
-                       "Documents on conll"}
-
-
 def test_every_results_table_row_is_in_its_sections_committed_raw_figures():
     text = (ROOT / "project" / "RESULTS.md").read_text()
     sections = re.findall(r"(?ms)^## (.+?)\n(.*?)(?=^## |\Z)", text)
     assert sections
     for title, body in sections:
         named = re.search(r"^- raw figures: `(metrics/[^`]+)`$", body, re.M)
-        if title in WITHOUT_RAW_FIGURES:
-            assert not named, f"{title} has its raw figures now: take it off WITHOUT_RAW_FIGURES"
-            continue
         assert named, f"RESULTS section {title!r} names no raw figures file"
         raw = (ROOT / "project" / named.group(1)).read_text()
         rows = [line.split("|")[1].strip() for line in body.splitlines() if line.startswith("| ")]

@@ -183,7 +183,7 @@ def train_variant(args, name: str) -> Path:
 def evaluate(args, name: str, model: Path, splits=("dev",)) -> dict:
     """Span F1 on each of `splits` of the sentence corpus (dev of +documents on the documents), and on
     the documents' same split where there are documents; with --strict, the strict F1 too. The
-    ablation scores dev alone (it decides what a config keeps); ensemble.py reports test as well."""
+    ablation and ensemble.py score dev alone (they decide what a config keeps)."""
     scores = {}
     for split in splits:
         cases = {split: args.docs_corpus if name == "+documents" and split == "dev" else args.corpus}

@@ -1,5 +1,6 @@
 """Seed ensembles: one config trained with each seed, every seed alone, every pair and all of them
-merged (`spacy fofe ensemble`); each model tuned on dev, then scored on test and timed. With
+merged (`spacy fofe ensemble`); each model tuned on dev, then scored on dev and timed on the dev
+texts: a tool to choose with, so it never reads test (the benchmark scores the shipped configs). With
 --distill, also single models trained with the largest ensemble as their teacher (distillation:
 `[initialize.components.fofe_ner] teacher`), which run at one model's speed.
 
@@ -7,12 +8,11 @@ With --no-ensembles, only the seeds alone (a config whose fofe_ner reads a share
 cannot be merged). With --branches, each seed's model is also trained on from its weights with each
 branch seed (`[initialize.components.fofe_ner] init_weights`, --branch-steps steps) and those
 branches are averaged into one network (`spacy fofe average`), at one model's cost.
-With --with-dev, the models train on train and dev together and are scored as trained.
 
 A seed whose training finished (OUT/seedS/trained.json) with the same config and overrides, neither
 the config file nor a teacher changed since, is not trained again, so an interrupted run resumes.
 Rows: each seed alone, each ensemble; their means by size answer "what does a user gain from k
-models", since a single ensemble's figure hides the seed noise. Words/s: `nlp.pipe` over the test
+models", since a single ensemble's figure hides the seed noise. Words/s: `nlp.pipe` over the dev
 texts, batch 1000, best of 3 (as scripts/benchmark.py measures), in --speed-rounds alternating
 rounds, the best kept; the cost of an ensemble is its ratio to the first seed alone. When the
 pipeline runs components before fofe_ner (conll_transformer.cfg's OntoNotes ner), they are also timed
@@ -48,7 +48,7 @@ def train_seed(args, seed: int, name: str = "", extra: tuple = ()) -> Path:
     name = name or f"seed{seed}"
     out = Path(args.out) / name
     overrides = [str(option) for option in [*args.overrides, *extra]]
-    if reusable(out, overrides, args.config, args.with_dev):
+    if reusable(out, overrides, args.config):
         return out / "model-best"
     made_from = []
     if name.startswith("branch"):  # branchS-B: its trunk's average is made from it
@@ -64,38 +64,21 @@ def train_seed(args, seed: int, name: str = "", extra: tuple = ()) -> Path:
         scores.unlink()
     corpus = Path(args.corpus)
     run([sys.executable, "-m", "spacy", "train", args.config, "--output", out, "--paths.train",
-         training_data(args), "--paths.dev", corpus / "dev.spacy", "--system.seed", seed, *overrides])
-    (out / FINISHED).write_text(json.dumps({"seed": seed, "config": args.config, "overrides": overrides,
-                                            "with_dev": args.with_dev}))
+         corpus / "train.spacy", "--paths.dev", corpus / "dev.spacy", "--system.seed", seed, *overrides])
+    (out / FINISHED).write_text(json.dumps({"seed": seed, "config": args.config, "overrides": overrides}))
     return out / "model-best"
 
 
-def training_data(args) -> Path:
-    """train.spacy, or with --with-dev a folder OUT/train-dev holding links to train.spacy and dev.spacy
-    (spaCy's corpus reader reads every .spacy file in a folder)."""
-    corpus = Path(args.corpus)
-    if not args.with_dev:
-        return corpus / "train.spacy"
-    folder = Path(args.out) / "train-dev"
-    folder.mkdir(parents=True, exist_ok=True)
-    for split in ("train", "dev"):
-        link = folder / f"{split}.spacy"
-        if not link.exists():
-            link.symlink_to((corpus / f"{split}.spacy").resolve())
-    return folder
-
-
-def reusable(out: Path, overrides: list, config: str, with_dev: bool = False) -> bool:
-    """Whether OUT holds a finished training of this config with these spacy train overrides and data
-    (with_dev: train and dev), neither the config file nor a path they name (a teacher, vectors)
+def reusable(out: Path, overrides: list, config: str) -> bool:
+    """Whether OUT holds a finished training of this config with these spacy train overrides, neither
+    the config file nor a path they name (a teacher, vectors)
     changed since: a retrained teacher makes its students train again, and so does an edited config."""
     record = out / FINISHED
     if not (record.exists() and (out / "model-best").exists()):
         return False
     finished = json.loads(record.read_text())
-    if finished.get("config") != config or finished.get("overrides") != overrides or \
-            finished.get("with_dev", False) != with_dev:
-        return False
+    if finished.get("config") != config or finished.get("overrides") != overrides or "with_dev" in finished:
+        return False  # "with_dev": trained on dev too by an earlier version
     finished_at = record.stat().st_mtime
     return not any(Path(option).exists() and last_written(Path(option)) > finished_at
                    for option in [config, *overrides])
@@ -108,10 +91,8 @@ def last_written(path: Path) -> float:
 
 
 def tuned(args, name: str, model: Path) -> Path:
-    """The model with its decoding tuned on dev (made once), or as trained with --with-dev."""
+    """The model with its decoding tuned on dev (made once)."""
     out = Path(args.out) / name / "model-tuned"
-    if args.with_dev:
-        return model
     if not out.exists():
         objective = ["--objective", "strict"] if args.strict_objective else []
         starts = ["--sentence-starts"] if args.sentence_starts else []
@@ -130,7 +111,7 @@ def merged(args, name: str, members: list, command: str = "ensemble") -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("corpus", help="folder with train.spacy, dev.spacy, test.spacy")
+    parser.add_argument("corpus", help="folder with train.spacy and dev.spacy")
     parser.add_argument("out")
     parser.add_argument("--config", required=True)
     parser.add_argument("--seeds", default="0,1,2", help="the seeds; ensembles are made of two or more")
@@ -139,10 +120,7 @@ def main() -> None:
     parser.add_argument("--branches", default="", help="seeds of branches of each seed's model, e.g. 10,11,12 "
                         "(trained on from its weights, then averaged; none by default)")
     parser.add_argument("--branch-steps", type=int, default=3000, help="training steps of each branch")
-    parser.add_argument("--with-dev", action="store_true", help="train on train and dev together (a final model "
-                        "once the settings are chosen) and score each model with its own decoding, since tuning on "
-                        "dev would fit text the model has seen")
-    parser.add_argument("--strict", action="store_true", help="also give GermEval's strict (level-aware) test F1")
+    parser.add_argument("--strict", action="store_true", help="also give GermEval's strict (level-aware) dev F1")
     parser.add_argument("--strict-objective", action="store_true", help="tune for strict F1 (fofe tune --objective)")
     parser.add_argument("--distill", default="", help="seeds of single models trained with the ensemble of all "
                         "--seeds as their teacher, e.g. 0,1 (none by default)")
@@ -188,7 +166,7 @@ def main() -> None:
     for name, model in models.items():
         print(f"== {name}", flush=True)
         models[name] = tuned(args, name, model)
-        rows.append({"model": name, "members": sizes[name], **evaluate(args, name, models[name], ("dev", "test"))})
+        rows.append({"model": name, "members": sizes[name], **evaluate(args, name, models[name], ("dev",))})
     if args.speed_rounds > 0:
         # One model of each size: the first seed, the first pair, all seeds.
         names = [f"seed{seeds[0]}"] + ([ensemble_name(seeds[:2])] if groups else [])
@@ -198,7 +176,7 @@ def main() -> None:
         upstream = upstream_alone(args, models[f"seed{seeds[0]}"])
         if upstream:
             timed[UPSTREAM] = upstream
-        measured = words_per_second(args, timed, args.speed_rounds, "test")
+        measured = words_per_second(args, timed, args.speed_rounds, "dev")
         for row in rows:
             row["words_per_second"] = measured.get(row["model"])
         if upstream:
@@ -245,8 +223,8 @@ def mean_and_spread(values: list) -> str:
 
 
 def report(args, rows: list, seeds: list) -> str:
-    columns = ["dev", "test"] + (["test_strict"] if args.strict else [])
-    header = ["model", "members", "dev F1", "test F1"] + (["test strict F1"] if args.strict else []) + \
+    columns = ["dev"] + (["dev_strict"] if args.strict else [])
+    header = ["model", "members", "dev F1"] + (["dev strict F1"] if args.strict else []) + \
         ["words/s", "words/s vs one model"]
     base = next(row for row in rows if row["model"] == f"seed{seeds[0]}").get("words_per_second")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -281,12 +259,10 @@ def report(args, rows: list, seeds: list) -> str:
                "teacher_weight)" if args.distill else "")
             + (f"; `branchS-B`: seed S's model-best trained on for {args.branch_steps:,} steps with seed B "
                "(`init_weights`), `averageS`: `spacy fofe average` of seed S's branches" if args.branch_seeds else "")
-            + ("; trained on train and dev together (`--with-dev`), every model scored with its own decoding, "
-               "dev (seen in training) and test span F1 under `sc`" if args.with_dev else "; every model tuned "
-               f"on dev for {objective} (`spacy fofe tune`), then dev and test span F1 under `sc` (dev is what the "
-               "tuning saw)") + (", the docs given their sentence starts (`--sentence-starts`)" if args.sentence_starts
-                             else "") + "."
-            + (" Words/s: `nlp.pipe` over the test texts, batch 1000, best of 3 in each of "
+            + f"; every model tuned on dev for {objective} (`spacy fofe tune`), then its dev span F1 under `sc` "
+               "(what the tuning saw, so a little high for every row alike; test is the benchmark's)"
+            + (", the docs given their sentence starts (`--sentence-starts`)" if args.sentence_starts else "") + "."
+            + (" Words/s: `nlp.pipe` over the dev texts, batch 1000, best of 3 in each of "
                f"{args.speed_rounds} alternating rounds, "
                + (f"on GPU {args.gpu_id} (the CPU side on one thread)." if getattr(args, "gpu_id", -1) >= 0
                   else "one thread.")
