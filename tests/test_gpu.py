@@ -123,12 +123,16 @@ def test_overfits_with_consistency_on_gpu(gpu_ops):
     assert not isinstance(nlp.get_pipe("fofe_ner").model.ops, NumpyOps)
 
 
-@pytest.mark.parametrize("option", ["stop_at_sentences"])
+OPTIONS = {"stop_at_sentences": True,
+           "fragment_filter": {"@layers": "spacy_fofe.BoundaryScorer.v1", "threshold": 0.3}}
+
+
+@pytest.mark.parametrize("option", list(OPTIONS))
 def test_model_options_on_gpu_score_like_cpu_and_train(gpu_ops, tmp_path, option):
     require_cpu()
     spacy.util.fix_random_seed(0)
     cpu_nlp = spacy.blank("en")
-    config = {"model": {**SMALL_MODEL, option: True}, "overlap_rate": 1.0, "disjoint_rate": 1.0}
+    config = {"model": {**SMALL_MODEL, option: OPTIONS[option]}, "overlap_rate": 1.0, "disjoint_rate": 1.0}
     cpu_nlp.add_pipe("fofe_ner", config=config)
     train(cpu_nlp, make_examples(cpu_nlp, NESTED), steps=150)
     assert_gpu_scores_like_cpu(cpu_nlp, tmp_path / option, [text for text, _ in NESTED] + [""])
