@@ -10,7 +10,8 @@ order (docs/architecture.md follows a batch through them):
     Relu x (depth - 1), Softmax                            -> probabilities
 
 With a BoundaryScorer (the fragment filter), training input is (docs, fragments, is_entity),
-a bool per fragment, from which the scorer learns the gold boundaries.
+a bool per fragment, from which the filter learns the gold boundaries (reading the codes, not
+training them).
 """
 
 from typing import Callable, List, Optional, Tuple
@@ -259,28 +260,22 @@ def _forward(model: Model[InT, Floats2d], inputs: InT, is_train: bool) -> Tuple[
     if not is_train:
         return _predict_filtered(model, head, codes, fragments), _no_backprop
     scores, backprop_head = head((codes, fragments), is_train)
-    backprop_filter = _train_filter(model, codes, fragments, inputs[2]) if len(inputs) > 2 else None
+    if len(inputs) > 2 and has_fragment_filter(model):
+        _train_filter(model.get_ref("fragment_filter"), codes, fragments, inputs[2])
 
     def backprop(d_scores: Floats2d):
-        d_codes = backprop_head(d_scores)
-        if backprop_filter is not None:
-            for name, d_array in backprop_filter().items():
-                d_codes[name] = d_codes[name] + d_array if name in d_codes else d_array
-        backprop_codes(d_codes)
+        backprop_codes(backprop_head(d_scores))
         return []
 
     return scores, backprop
 
 
-def _train_filter(model: Model, codes, fragments: numpy.ndarray, is_entity) -> Optional[Callable]:
-    """The fragment filter's forward on the codes, against the gold fragments' boundaries;
-    returns the backprop to the codes' arrays (None without a filter)."""
-    if not has_fragment_filter(model):
-        return None
-    fragment_filter = model.get_ref("fragment_filter")
+def _train_filter(fragment_filter: Model, codes, fragments: numpy.ndarray, is_entity) -> None:
+    """Give the fragment filter its gradient against the gold fragments' boundaries. It reads the
+    codes without sending a gradient back into them, so the scorer learns as it does without it."""
     logits, backprop_logits = fragment_filter(codes, True)
     truth = boundaries.targets(codes.lengths, fragments, numpy.asarray(is_entity, dtype=bool))
-    return lambda: backprop_logits(boundaries.logistic_gradient(fragment_filter, logits, truth))
+    backprop_logits(boundaries.logistic_gradient(fragment_filter, logits, truth))
 
 
 def _no_backprop(d_scores):
