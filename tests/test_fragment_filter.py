@@ -12,6 +12,7 @@ from spacy_fofe.ml.boundaries import (
     BoundaryScorer,
     logistic_gradient,
     plausible,
+    sigmoid,
     span_plausibility,
     targets,
     threshold_for_recall,
@@ -178,3 +179,13 @@ def test_cells_read_one_by_one_equal_the_grid(trained_filtered, monkeypatch, sha
         monkeypatch.setitem(scorer.attrs, "threshold", 0.0)
         results.append(ner.model.predict((docs, some)))
     numpy.testing.assert_allclose(results[1], results[0], rtol=1e-5, atol=1e-6)
+
+
+def test_probabilities_of_extreme_logits_are_exact_and_warn_nothing():
+    import warnings
+
+    logits = numpy.asarray([[-500.0, 500.0], [0.0, -90.0]], dtype="float32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        probs = sigmoid(NumpyOps(), logits)
+    numpy.testing.assert_allclose(probs, [[0.0, 1.0], [0.5, 0.0]], atol=1e-7)

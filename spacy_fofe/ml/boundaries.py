@@ -70,7 +70,12 @@ def _forward(model: Model, codes: Codes, is_train: bool) -> Tuple[Floats2d, Call
 
 def sigmoid(ops, logits: Floats2d) -> numpy.ndarray:
     """The probabilities of the logits, on the CPU."""
-    return ops.to_numpy(1.0 / (1.0 + ops.xp.exp(-logits)))
+    return ops.to_numpy(_sigmoid(ops, logits))
+
+
+def _sigmoid(ops, logits: Floats2d) -> Floats2d:
+    # By tanh, which no logit overflows (exp(-x) does below -88 in float32).
+    return 0.5 * (1.0 + ops.xp.tanh(0.5 * logits))
 
 
 def targets(lengths: numpy.ndarray, fragments: numpy.ndarray, is_entity: numpy.ndarray) -> numpy.ndarray:
@@ -84,9 +89,8 @@ def targets(lengths: numpy.ndarray, fragments: numpy.ndarray, is_entity: numpy.n
 
 def logistic_gradient(model: Model, logits: Floats2d, truth: numpy.ndarray) -> Floats2d:
     """The gradient of the mean logistic loss over tokens."""
-    ops = model.ops
-    probs = 1.0 / (1.0 + ops.xp.exp(-logits))
-    return (probs - ops.asarray(truth, dtype=probs.dtype)) / max(len(truth), 1)
+    probs = _sigmoid(model.ops, logits)
+    return (probs - model.ops.asarray(truth, dtype=probs.dtype)) / max(len(truth), 1)
 
 
 def plausible(probs: numpy.ndarray, fragments: numpy.ndarray, lengths: numpy.ndarray,
