@@ -189,3 +189,22 @@ def test_probabilities_of_extreme_logits_are_exact_and_warn_nothing():
         warnings.simplefilter("error")
         probs = sigmoid(NumpyOps(), logits)
     numpy.testing.assert_allclose(probs, [[0.0, 1.0], [0.5, 0.0]], atol=1e-7)
+
+
+def test_the_filter_needs_word_codes_and_reads_those_there_are():
+    from spacy_fofe.ml.model import build_fofe_ner_model_v2
+
+    tok2vec = spacy.blank("en").add_pipe("tok2vec").model
+    with pytest.raises(ValueError, match="fragment filter reads the word codes"):
+        build_fofe_ner_model_v2(tok2vec, left_context=False, right_context=False, bag_of_words=False,
+                                fragment_filter=BoundaryScorer())
+    spacy.util.fix_random_seed(0)
+    nlp = spacy.blank("en")
+    embed = {"@architectures": "spacy.MultiHashEmbed.v2", "width": 32, "rows": [500, 200, 200, 200],
+             "attrs": ["NORM", "PREFIX", "SUFFIX", "SHAPE"], "include_static_vectors": False}
+    model = {"@architectures": "spacy_fofe.FOFENER.v2", "hidden_width": 64, "dropout": 0.0, "tok2vec": embed,
+             "left_context": False, "fragment_filter": FILTER}
+    nlp.add_pipe("fofe_ner", config={"model": model, "overlap_rate": 1.0, "disjoint_rate": 1.0})
+    train(nlp, make_examples(nlp, NESTED), steps=200)
+    for text, spans in NESTED:
+        assert predicted(nlp(text)) == sorted(spans), text

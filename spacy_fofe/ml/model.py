@@ -94,6 +94,7 @@ def build_fofe_ner_model_v2(
     char_cnn_window: int = 1,
     second_pass: bool = False,
     length_bias: bool = False,
+    fragment_filter: Optional[Model] = None,
     nO: Optional[int] = None,
 ) -> Model[InT, Floats2d]:
     """FOFENER.v3 with the settings of spacy-fofe 0.1, so its pipelines load: fixed or learned
@@ -107,7 +108,8 @@ def build_fofe_ner_model_v2(
     switches = dict(zip(GROUPS, (left_context, right_context, bag_of_words, char_fofe)))
     return _build(tok2vec, [group for group in GROUPS if switches[group]], hidden_width, depth, dropout,
                   word_alpha, char_alpha, char_width, n_char_buckets, stop_at_sentences,
-                  learn_alphas=(learn_word_alpha, learn_char_alpha), length_bias=length_bias, nO=nO)
+                  learn_alphas=(learn_word_alpha, learn_char_alpha), length_bias=length_bias, nO=nO,
+                  fragment_filter=fragment_filter)
 
 
 # v1 is v2 under its former name; `read_v1_weights` reads the pipelines it saved.
@@ -129,8 +131,9 @@ def _build(tok2vec: Model, groups: List[str], hidden_width: int, depth: int, dro
     projection = FragmentProjection(blocks_of(groups), nO=hidden_width, nC=char_width if char_fofe else 0,
                                     dropout=dropout, nL=LENGTH_ROWS if length_bias else 0)
     scorer, output = _scorer(hidden_width, depth, dropout, nO)
-    if fragment_filter is not None and not {"left_context", "right_context"} <= set(groups):
-        raise ValueError("spacy_fofe.FOFENER: the fragment filter reads the left and right context codes")
+    if fragment_filter is not None and not {"left_context", "right_context", "bag_of_words"} & set(groups):
+        raise ValueError("spacy_fofe.FOFENER: the fragment filter reads the word codes: switch on left_context, "
+                         "right_context or bag_of_words")
     model = Model(
         "fofe_ner",
         _forward,
