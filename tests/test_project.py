@@ -414,11 +414,11 @@ def test_ensemble_script_times_the_components_before_fofe_ner_alone(tmp_path):
     nlp.remove_pipe("sentencizer")
     nlp.to_disk(tmp_path / "alone")
     assert ensemble.upstream_alone(args, tmp_path / "alone") is None
-    rows = [{"model": "seed0", "members": 1, "dev": 90.0, "test": 80.0, "words_per_second": 1000},
+    rows = [{"model": "seed0", "members": 1, "dev": 90.0, "words_per_second": 1000},
             {"model": "upstream", "members": 0, "components": ["sentencizer"], "words_per_second": 4000}]
     text = ensemble.report(argparse.Namespace(strict=False, speed_rounds=1, distill="", teacher="ensemble0+1",
                                               strict_objective=False, sentence_starts=False, config="c.cfg",
-                                              overrides=[], branch_seeds=[], with_dev=False), rows, [0])
+                                              overrides=[], branch_seeds=[]), rows, [0])
     assert "| upstream |" not in text
     assert "- the components before fofe_ner alone (sentencizer): 4,000 words/s; seed0 runs at 0.25x of them" in text
 
@@ -824,11 +824,11 @@ def test_the_ensemble_script_tunes_scores_and_times_on_the_gpu_it_trains_on(tmp_
     for gpu, expected in ((0, ["--gpu-id", "0"]), (-1, [])):
         commands.clear()
         args = argparse.Namespace(out=str(tmp_path / str(gpu)), corpus="corpus", strict_objective=False,
-                                  sentence_starts=False, strict=False, docs_corpus=None, gpu_id=gpu, with_dev=False)
+                                  sentence_starts=False, strict=False, docs_corpus=None, gpu_id=gpu)
         ensemble.tuned(args, "seed0", Path("model-best"))
-        ensemble.evaluate(args, "seed0", Path("model-tuned"), ("dev", "test"))
-        ablation.words_per_second(args, {"seed0": "model-tuned"}, 1, "test")
-        assert [c[0] for c in commands] == [sys.executable] * 4  # tune, dev, test, timing
+        ensemble.evaluate(args, "seed0", Path("model-tuned"), ("dev",))
+        ablation.words_per_second(args, {"seed0": "model-tuned"}, 1, "dev")
+        assert [c[0] for c in commands] == [sys.executable] * 3  # tune, dev, timing
         assert all(command[-2:] == expected or not expected and "--gpu-id" not in command for command in commands)
 
 

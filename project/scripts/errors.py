@@ -4,8 +4,8 @@ level's gold spans (found, found on the other level, or why not), recall and pre
 whose text is a training span with their label against the rest (`--train` given to evaluate) and
 P/R/F per label (with its recall on the seen and the unseen spans).
 
-    python scripts/errors.py metrics/germeval.json --model training/germeval/model-tuned \
-        --data corpus/germeval/test.spacy --config ../configs/germeval.cfg --section "Errors on germeval"
+    python scripts/errors.py metrics/germeval-dev.json --model training/germeval/model-tuned \
+        --data corpus/germeval/dev.spacy --config ../configs/germeval.cfg --section "Errors on germeval"
 """
 
 import argparse
