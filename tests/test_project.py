@@ -826,8 +826,8 @@ def test_the_ensemble_script_tunes_scores_and_times_on_the_gpu_it_trains_on(tmp_
         args = argparse.Namespace(out=str(tmp_path / str(gpu)), corpus="corpus", strict_objective=False,
                                   sentence_starts=False, strict=False, docs_corpus=None, gpu_id=gpu)
         ensemble.tuned(args, "seed0", Path("model-best"))
-        ensemble.evaluate(args, "seed0", Path("model-tuned"), ("dev",))
-        ablation.words_per_second(args, {"seed0": "model-tuned"}, 1, "dev")
+        ensemble.evaluate(args, "seed0", Path("model-tuned"))
+        ablation.words_per_second(args, {"seed0": "model-tuned"}, 1)
         assert [c[0] for c in commands] == [sys.executable] * 3  # tune, dev, timing
         assert all(command[-2:] == expected or not expected and "--gpu-id" not in command for command in commands)
 

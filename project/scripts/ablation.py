@@ -180,36 +180,35 @@ def train_variant(args, name: str) -> Path:
     return out / "model-best"
 
 
-def evaluate(args, name: str, model: Path, splits=("dev",)) -> dict:
-    """Span F1 on each of `splits` of the sentence corpus (dev of +documents on the documents), and on
-    the documents' same split where there are documents; with --strict, the strict F1 too. The
-    ablation and ensemble.py score dev alone (they decide what a config keeps)."""
+def evaluate(args, name: str, model: Path) -> dict:
+    """Dev span F1 on the sentence corpus (on the documents for +documents), and on the dev documents
+    where there are documents; with --strict, the strict F1 too. The ablation and ensemble.py score dev
+    alone (they decide what a config keeps; test is the benchmark's)."""
+    cases = {"dev": args.docs_corpus if name == "+documents" else args.corpus}
+    if args.docs_corpus:
+        cases["dev_documents"] = args.docs_corpus
     scores = {}
-    for split in splits:
-        cases = {split: args.docs_corpus if name == "+documents" and split == "dev" else args.corpus}
-        if args.docs_corpus:
-            cases[f"{split}_documents"] = args.docs_corpus
-        for key, corpus in cases.items():
-            result = Path(args.out) / name / f"{key}.json"
-            if not result.exists():
-                starts = ["--sentence-starts"] if getattr(args, "sentence_starts", False) else []
-                run([sys.executable, "-m", "spacy", "fofe", "evaluate", model, Path(corpus) / f"{split}.spacy",
-                     "--output", result, *starts, *device_options(args)])
-            found = json.loads(result.read_text())
-            scores[key] = round(100 * found["spans_sc_f"], 2)
-            if key == split and args.strict:
-                scores[f"{split}_strict"] = round(100 * found["spans_sc_strict_f"], 2)
+    for key, corpus in cases.items():
+        result = Path(args.out) / name / f"{key}.json"
+        if not result.exists():
+            starts = ["--sentence-starts"] if getattr(args, "sentence_starts", False) else []
+            run([sys.executable, "-m", "spacy", "fofe", "evaluate", model, Path(corpus) / "dev.spacy",
+                 "--output", result, *starts, *device_options(args)])
+        found = json.loads(result.read_text())
+        scores[key] = round(100 * found["spans_sc_f"], 2)
+        if key == "dev" and args.strict:
+            scores["dev_strict"] = round(100 * found["spans_sc_strict_f"], 2)
     return scores
 
 
-def words_per_second(args, models: dict, rounds: int, split: str = "dev") -> dict:
-    """Each model's best words/s on the `split` texts over `rounds` rounds that take the models in turn."""
+def words_per_second(args, models: dict, rounds: int) -> dict:
+    """Each model's best words/s on the dev texts over `rounds` rounds that take the models in turn."""
     best = {}
     for round_ in range(rounds):
         for name, model in models.items():
             print(f"== {name}: words/s, round {round_ + 1} of {rounds}", flush=True)
             result = Path(args.out) / name / "speed.json"
-            run([sys.executable, BENCHMARK, "--measure", model, Path(args.corpus) / f"{split}.spacy", result,
+            run([sys.executable, BENCHMARK, "--measure", model, Path(args.corpus) / "dev.spacy", result,
                  *device_options(args)])
             best[name] = max(best.get(name, 0), json.loads(result.read_text())["words_per_second"])
     return best

@@ -166,7 +166,7 @@ def main() -> None:
     for name, model in models.items():
         print(f"== {name}", flush=True)
         models[name] = tuned(args, name, model)
-        rows.append({"model": name, "members": sizes[name], **evaluate(args, name, models[name], ("dev",))})
+        rows.append({"model": name, "members": sizes[name], **evaluate(args, name, models[name])})
     if args.speed_rounds > 0:
         # One model of each size: the first seed, the first pair, all seeds.
         names = [f"seed{seeds[0]}"] + ([ensemble_name(seeds[:2])] if groups else [])
@@ -176,7 +176,7 @@ def main() -> None:
         upstream = upstream_alone(args, models[f"seed{seeds[0]}"])
         if upstream:
             timed[UPSTREAM] = upstream
-        measured = words_per_second(args, timed, args.speed_rounds, "dev")
+        measured = words_per_second(args, timed, args.speed_rounds)
         for row in rows:
             row["words_per_second"] = measured.get(row["model"])
         if upstream:

@@ -10,7 +10,7 @@ whose last token passes it as an end; the others get NONE. `spacy fofe tune` set
 on dev to the highest one that keeps `RECALL` of the gold spans.
 """
 
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, Tuple
 
 import numpy
 from spacy.util import registry
@@ -97,12 +97,12 @@ def plausible(probs: numpy.ndarray, fragments: numpy.ndarray, lengths: numpy.nda
               threshold: float) -> numpy.ndarray:
     """A mask of the fragments whose first token's start and last token's end probabilities
     reach the threshold (`probs` as `sigmoid` gives them)."""
-    first, end = flat_bounds(fragments, lengths)
-    return (probs[first, 0] >= threshold) & (probs[end - 1, 1] >= threshold)
+    return span_plausibility(probs, fragments, lengths) >= threshold
 
 
-def span_plausibility(probs: numpy.ndarray, spans: List[Tuple[int, int, int]], lengths: numpy.ndarray) -> numpy.ndarray:
-    """The highest threshold each (doc index, start, end) span passes: min(start prob, end prob)."""
+def span_plausibility(probs: numpy.ndarray, spans, lengths: numpy.ndarray) -> numpy.ndarray:
+    """The highest threshold each (doc index, start, end) span (a list or an (N, 3) array) passes:
+    min(start prob, end prob)."""
     spans_arr = numpy.asarray(spans, dtype="int64").reshape((-1, 3))
     first, end = flat_bounds(spans_arr, lengths)
     return numpy.minimum(probs[first, 0], probs[end - 1, 1])

@@ -291,8 +291,8 @@ def _predict_filtered(model: Model, head: Model, codes, fragments: numpy.ndarray
     threshold = model.get_ref("fragment_filter").attrs["threshold"] if has_fragment_filter(model) else 0.0
     if threshold <= 0.0:
         return _predict_in_blocks(model, head, codes, fragments)
-    probs = boundaries.sigmoid(model.ops, model.get_ref("fragment_filter").predict(codes))
-    keep = numpy.flatnonzero(boundaries.plausible(probs, fragments, codes.lengths, threshold))
+    keep = numpy.flatnonzero(boundaries.plausible(_filter_probabilities(model, codes), fragments, codes.lengths,
+                                                  threshold))
     scores = model.ops.alloc2f(len(fragments), model.get_dim("nO"))
     scores[:, 0] = 1.0
     if len(keep):
@@ -303,7 +303,10 @@ def _predict_filtered(model: Model, head: Model, codes, fragments: numpy.ndarray
 def boundary_probabilities(model: Model[InT, Floats2d], docs: List[Doc]) -> numpy.ndarray:
     """(tokens of all docs, 2): each token's probability of starting and of ending a span, by the
     model's fragment filter (docs as the model reads them: after any upstream component)."""
-    codes = model.get_ref("codes").predict(docs)
+    return _filter_probabilities(model, model.get_ref("codes").predict(docs))
+
+
+def _filter_probabilities(model: Model, codes) -> numpy.ndarray:
     return boundaries.sigmoid(model.ops, model.get_ref("fragment_filter").predict(codes))
 
 

@@ -146,13 +146,16 @@ def tune_fragment_filter(ner, batches: Sequence[Tuple[List[Example], List[Doc]]]
         member.get_ref("fragment_filter").attrs["threshold"] = threshold
         name = f" of member {number}" if len(members(ner.model)) > 1 else ""
         figures[f"filter_threshold_{number}"] = threshold
-        figures[f"filter_recall_{number}"] = float((values >= threshold).mean()) if len(values) else 1.0
-        figures[f"filter_fragments_{number}"] = float((fragment_values >= threshold).mean()) if len(
-            fragment_values) else 1.0
+        figures[f"filter_recall_{number}"] = _share_kept(values, threshold)
+        figures[f"filter_fragments_{number}"] = _share_kept(fragment_values, threshold)
         log(f"fragment filter{name}: threshold {threshold:.4f} keeps {100 * figures[f'filter_recall_{number}']:.2f}% "
             f"of {len(values)} dev gold spans and {100 * figures[f'filter_fragments_{number}']:.1f}% of "
             f"{len(fragment_values)} fragments")
     return figures
+
+
+def _share_kept(plausibility: numpy.ndarray, threshold: float) -> float:
+    return float((plausibility >= threshold).mean()) if len(plausibility) else 1.0
 
 
 def tune_pipeline(model: Path, dev: Path, output: Path, component: str = "fofe_ner", batch_size: int = 256,
