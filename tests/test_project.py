@@ -428,7 +428,8 @@ def bench_args(config="germeval.cfg", **settings):
     configs = ",".join(str(ROOT / "configs" / name) for name in config.split(","))
     values = {"configs": configs, "corpus": "corpus", "out": "out", "peers": "ner-stock,spancat-stock",
               "seeds": [0, 1, 2], "small": False, "lang": "de", "max_length": 7, "max_steps": 0, "peer_steps": 0,
-              "gpu_id": -1, "paths": {}, "speed_rounds": 3, "jobs": 2, "blis": False, "only": ""}
+              "gpu_id": -1, "paths": {}, "speed_rounds": 3, "jobs": 2, "blis": False, "only": "",
+              "speed_only": False, "nested": False}
     return argparse.Namespace(**{**values, **settings})
 
 
@@ -560,6 +561,11 @@ def test_benchmark_plans_seeds_per_system_and_a_corpus_per_config():
     assert len([run for run in benchmark.plan(args) if run.system == "germeval_transformer"]) == 3
     args.only = "conll,ner-stock"  # what one GPU lease carries in
     assert {run.system for run in benchmark.plan(args)} == {"conll", "ner-stock"}
+    # A run of some systems says so in its section: which ran, and which shipped configs did not.
+    assert "Systems run: conll, ner-stock (--only); not run: conll_documents, germeval_transformer. " in (
+        benchmark.protocol(args, benchmark.plan(args)))
+    args.only = ""
+    assert "--only" not in benchmark.protocol(args, benchmark.plan(args))
     assert benchmark.settings_error(bench_args("conll.cfg", only="conll,spancat")) == (
         "--only: spancat not among the configs and peers of this run")
 

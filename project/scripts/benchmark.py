@@ -540,6 +540,10 @@ def protocol(args, runs: List[Run]) -> str:
               f"Test split, scored once per model; fofe_ner tuned on dev. Seeds per system: {seeds}; F1 etc.: mean "
               f"± sample sd over them. Peers trained {peer_steps(args)} steps; each fofe_ner config its own steps"
               + (f" (at most {args.max_steps})" if args.max_steps else "") + ". ")
+    if args.only:
+        left = sorted({path.stem for path, _ in config_specs(args.configs)} - {run.system for run in runs})
+        scored += (f"Systems run: {', '.join(dict.fromkeys(run.system for run in runs))} (--only)"
+                   + (f"; not run: {', '.join(left)}" if left else "") + ". ")
     if args.nested and any(run.system.startswith("ner") for run in runs):
         scored += "spaCy's `ner` learns the outer level (doc.ents) alone: on nested data it is the speed reference. "
     return (scored + "Words/s: the first seed's model, `nlp.pipe` over the test texts, batch 1000, one thread; "

@@ -273,7 +273,7 @@ class FOFENER(TrainablePipe):
         readers = {
             "cfg": lambda p: self._read_cfg(Path(p).read_bytes(), where),
             "vocab": lambda p: self.vocab.from_disk(p, exclude=exclude),
-            "model": lambda p: self._read_model(Path(p).read_bytes(), where),
+            "model": lambda p: self._read_model(self._unpack(Path(p).read_bytes(), where), where),
         }
         util.from_disk(path, readers, exclude)
         return self
@@ -284,7 +284,7 @@ class FOFENER(TrainablePipe):
         readers = {
             "cfg": lambda b: self._read_cfg(b, where),
             "vocab": lambda b: self.vocab.from_bytes(b, exclude=exclude),
-            "model": lambda b: self._read_model(b, where),
+            "model": lambda b: self._read_model(self._unpack(b, where), where),
         }
         util.from_dict(msg, readers, exclude)
         return self
@@ -298,9 +298,10 @@ class FOFENER(TrainablePipe):
             raise self._unreadable(where, TypeError(f"cfg is a {type(cfg).__name__}, not a mapping"))
         self.cfg.update(cfg)
 
-    def _read_model(self, data: bytes, where: str) -> None:
-        """Read the model's weights; those of a FOFENER.v1 model go to the layers that hold them now."""
-        msg = self._unpack(data, where)
+    def _read_model(self, msg: dict, where: str) -> None:
+        """Read the model's weights from its unpacked message (the file's bytes are not held meanwhile: a
+        load then holds one copy of the weights, not two); those of a FOFENER.v1 model go to the layers
+        that hold them now."""
         read = read_v1_weights if is_v1_layout(msg) else lambda model, msg: model.from_dict(msg)
         try:
             read(self.model, msg)
