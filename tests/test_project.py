@@ -644,11 +644,15 @@ def test_benchmark_scores_first_pass_and_reports_seeds_spread_and_ratios(tmp_pat
     measured = json.loads((tmp_path / "measure.json").read_text())
     assert measured["spans_sc_f"] == 1.0 and measured["words_per_second"] > 0
     assert measured["first_pass_words_per_second"] > 0 and measured["startup_seconds"] > 0
+    # the components alone run at least as fast as the whole pass, which also tokenizes
+    assert measured["components_words_per_second"] >= measured["words_per_second"]
+    assert measured["components_first_pass_words_per_second"] >= measured["first_pass_words_per_second"]
     row = {"spans_sc_p": 0.8, "spans_sc_r": 0.8, "spans_sc_strict_f": 0.7, "spans_sc_outer_f": 0.75,
            "spans_sc_inner_f": None, "train_seconds": 10, "train_peak_mb": 1, "inference_peak_mb": 5, "device": "cpu"}
     rows = [{**row, "system": "conll", "seed": 0, "spans_sc_f": 0.80, "words_per_second": 3000,
              "first_pass_words_per_second": 1500, "startup_seconds": 2.0, "blis_words_per_second": 2000,
-             "blis_first_pass_words_per_second": 1000},
+             "blis_first_pass_words_per_second": 1000, "components_words_per_second": 4000,
+             "components_first_pass_words_per_second": 3600},
             {**row, "system": "conll", "seed": 1, "spans_sc_f": 0.82, "words_per_second": 1, "train_seconds": 20,
              "first_pass_words_per_second": 1},
             {**row, "system": "ner-stock", "seed": 0, "spans_sc_f": 0.7, "words_per_second": 1000,
@@ -659,8 +663,9 @@ def test_benchmark_scores_first_pass_and_reports_seeds_spread_and_ratios(tmp_pat
         in table
     assert "| ner-stock | 0 | 80.00 | 80.00 | 70.00 |" in table
     # speed: the first seed's model, with its ratios to the stock peer measured in the same run
-    assert "| conll | 1500 | 3000 | 2.0 | 5 | 1.50x / 3.00x | cpu |" in table
-    assert "| conll (blis) | 1000 | 2000 |  |  | 1.00x / 2.00x | cpu |" in table
+    assert "| conll | 1500 | 3000 | 0.90 | 2.0 | 5 | 1.50x / 3.00x | cpu |" in table
+    assert "| conll (blis) | 1000 | 2000 |  |  |  | 1.00x / 2.00x | cpu |" in table
+    assert "| ner-stock | 1000 | 1000 |  | 1.0 | 5 | 1.00x / 1.00x | cpu |" in table  # no components' figures
     assert "F1" not in benchmark.summary(rows, nested=True, accuracy=False)
 
 
@@ -673,7 +678,7 @@ def test_benchmark_times_the_first_seeds_in_turn_and_keeps_each_ones_best_speed(
         calls.append(Path(command[3]).parent.parent.name)
         words, first = next(speeds)
         Path(command[5]).write_text(json.dumps({"words_per_second": words, "first_pass_words_per_second": first,
-                                                "startup_seconds": 1.0}))
+                                                "components_words_per_second": 2 * words, "startup_seconds": 1.0}))
         return 1.0, 10.0
 
     monkeypatch.setattr(benchmark, "run_measured", fake_run)
@@ -689,6 +694,7 @@ def test_benchmark_times_the_first_seeds_in_turn_and_keeps_each_ones_best_speed(
     assert calls == ["demo", "ner-stock", "demo", "ner-stock"]  # the first seeds only, in turn
     assert [(r["words_per_second"], r["first_pass_words_per_second"], r.get("startup_seconds")) for r in rows] == [
         (1000, 700, 1.0), (5, 5, None), (1200, 400, 1.0), (5, 5, None)]
+    assert [r.get("components_words_per_second") for r in rows] == [1800, None, 2400, None]
     monkeypatch.setattr(sys, "argv", ["benchmark.py", str(tmp_path), str(tmp_path), "--configs",
                                       str(ROOT / "configs" / "demo.cfg"), "--speed-rounds", "0"])
     with pytest.raises(SystemExit):
