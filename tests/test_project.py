@@ -856,6 +856,21 @@ def test_a_section_written_with_raw_figures_names_them_and_they_are_saved_with_i
         "`run it`" and saved["section"] == "Benchmark on conll" and "commit" in saved and "date" in saved
 
 
+def test_the_readme_results_tables_are_copied_from_results_and_name_their_command():
+    """The README publishes no figure of its own: each row of its results tables is a row of RESULTS.md,
+    under a paragraph that names the section and the project command that wrote it."""
+    readme = (ROOT / "README.md").read_text()
+    part = readme.split("## Results and the spaCy project", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in part.splitlines() if line.startswith("| ") and not line.startswith("| system |")]
+    results = (ROOT / "project" / "RESULTS.md").read_text().splitlines()
+    for row in rows:
+        assert row in results, f"README results row not in project/RESULTS.md: {row}"
+    for title in re.findall(r'section "([^"]+)"', part):
+        assert f"## {title}" in results, f"README names a RESULTS section that does not exist: {title}"
+    if rows:
+        assert "spacy project run benchmark" in part and re.search(r'section "[^"]+"', part)
+
+
 def test_every_results_table_row_is_in_its_sections_committed_raw_figures():
     text = (ROOT / "project" / "RESULTS.md").read_text()
     sections = re.findall(r"(?ms)^## (.+?)\n(.*?)(?=^## |\Z)", text)
