@@ -678,7 +678,9 @@ def test_benchmark_times_the_first_seeds_in_turn_and_keeps_each_ones_best_speed(
         calls.append(Path(command[3]).parent.parent.name)
         words, first = next(speeds)
         Path(command[5]).write_text(json.dumps({"words_per_second": words, "first_pass_words_per_second": first,
-                                                "components_words_per_second": 2 * words, "startup_seconds": 1.0}))
+                                                "components_words_per_second": 2 * words,
+                                                "components_first_pass_words_per_second": 2 * first,
+                                                "startup_seconds": 1.0}))
         return 1.0, 10.0
 
     monkeypatch.setattr(benchmark, "run_measured", fake_run)

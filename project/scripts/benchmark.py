@@ -386,8 +386,7 @@ def speed_rounds(args, rows: List[dict], runs: List[Run]) -> None:
                       f"{args.speed_rounds}", flush=True)
                 again = measure_in_process(args, run, run.out / f"speed-{cpu_ops}.json", cpu_ops)
                 for key in SPEED_KEYS:
-                    if key in again:
-                        row[prefix + key] = max(row.get(prefix + key, 0), again[key])
+                    row[prefix + key] = max(row.get(prefix + key, 0), again[key])
                 key = prefix + "startup_seconds"
                 row[key] = min(row.get(key, again["startup_seconds"]), again["startup_seconds"])
 
@@ -445,7 +444,8 @@ def speed_table(systems: Dict[str, List[dict]]) -> List[str]:
             row = group[0]
             if prefix + "words_per_second" not in row:
                 continue
-            components = [row.get(prefix + "components_" + key) for key in SPEED_KEYS[:2]]
+            components = [row.get(prefix + key) for key in ("components_words_per_second",
+                                                            "components_first_pass_words_per_second")]
             cells = [name + (" (blis)" if prefix else ""), str(row[prefix + "first_pass_words_per_second"]),
                      str(row[prefix + "words_per_second"]),
                      f"{components[1] / components[0]:.2f}" if all(components) else "",
