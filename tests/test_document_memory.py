@@ -130,3 +130,18 @@ def test_a_pipeline_with_document_memory_overfits_round_trips_and_reads_long_doc
 def test_bad_settings_are_clear_errors(settings):
     with pytest.raises(ValueError, match="DocumentMemory"):
         DocumentMemory(table_tok2vec(3, 4), **settings)
+
+
+def test_word_groups_are_the_same_word_in_the_same_doc():
+    from spacy.attrs import LOWER
+
+    from spacy_fofe.features.document_memory import _word_groups
+
+    vocab = spacy.blank("en").vocab
+    texts = [["Lebed", "said", "LEBED", "said"], [], ["said", "Lebed"], ["x"], ["x", "X"]]
+    groups, counts = _word_groups([Doc(vocab, words=words) for words in texts], LOWER)
+    flat = [(i, word.lower()) for i, words in enumerate(texts) for word in words]
+    assert [[groups[a] == groups[b] for b in range(len(flat))] for a in range(len(flat))] == \
+        [[flat[a] == flat[b] for b in range(len(flat))] for a in range(len(flat))]
+    assert [counts[g] for g in groups] == [flat.count(pair) for pair in flat]
+    assert sorted(set(groups.tolist())) == list(range(len(counts))) and groups[4] > groups[3]  # by doc first

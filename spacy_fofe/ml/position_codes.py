@@ -223,11 +223,13 @@ def doc_characters(docs: List[Doc], by_sentence: bool = False):
     text_lengths = numpy.diff(char_offsets)
     if not by_sentence:
         return codepoints, text_lengths, starts, ends
-    sequences = []
-    for doc, first, offset, text_length in zip(docs, token_offsets.tolist(), char_offsets.tolist(), text_lengths):
-        cuts = starts[first + sentence_starts(doc)[1:]] - offset if len(doc) else empty
-        sequences.append(numpy.diff(numpy.concatenate([[0], cuts, [text_length]])))
-    return codepoints, numpy.concatenate(sequences).astype("int64"), starts, ends
+    # A sequence from each sentence's first character to the next sequence's, and an empty one for an
+    # empty doc, ordered by token (an empty doc's before the next doc's first token).
+    first_tokens = numpy.flatnonzero(sentence_start_flags(docs))
+    empty_docs = numpy.flatnonzero(numpy.diff(token_offsets) == 0)
+    order = numpy.argsort(numpy.concatenate([2 * first_tokens + 1, 2 * token_offsets[empty_docs]]), kind="stable")
+    firsts = numpy.concatenate([starts[first_tokens], char_offsets[empty_docs]])[order]
+    return codepoints, numpy.diff(numpy.append(firsts, total)).astype("int64"), starts, ends
 
 
 def _word_texts(docs: List[Doc], orths: numpy.ndarray) -> List[str]:
@@ -248,16 +250,21 @@ def sentence_starts(doc: Doc) -> numpy.ndarray:
     return numpy.union1d([0], marked).astype("int64")
 
 
-def sentence_start_flags(doc: Doc) -> numpy.ndarray:
-    """A flag per token: whether it starts a sentence (`sentence_starts`)."""
-    flags = numpy.zeros(len(doc), dtype=bool)
-    flags[sentence_starts(doc)] = True
+def sentence_start_flags(docs: List[Doc]) -> numpy.ndarray:
+    """A flag per token of the batch, flat: whether it starts a sentence (`sentence_starts`: each
+    doc's first token and every marked start; a doc without sentence starts marks none but its first)."""
+    if not any(len(doc) for doc in docs):
+        return numpy.zeros((0,), dtype=bool)
+    flags = numpy.concatenate([doc.to_array("SENT_START").reshape(-1) for doc in docs]) == 1
+    lengths = numpy.fromiter(map(len, docs), dtype="int64", count=len(docs))
+    flags[(numpy.cumsum(lengths) - lengths)[lengths > 0]] = True
     return flags
 
 
-def sentence_lengths(doc: Doc) -> numpy.ndarray:
-    """Tokens per sentence of a doc (one sentence when it has no sentence starts; none when empty)."""
-    return numpy.diff(numpy.append(sentence_starts(doc), len(doc)))
+def sentence_lengths(docs: List[Doc]) -> numpy.ndarray:
+    """Tokens per sentence of the batch's docs, flat and in order (none for an empty doc)."""
+    starts = numpy.flatnonzero(sentence_start_flags(docs))
+    return numpy.diff(numpy.append(starts, sum(len(doc) for doc in docs))).astype("int64")
 
 
 @registry.layers("spacy_fofe.PositionCodes.v1")
@@ -280,7 +287,7 @@ def PositionCodes(
 def _position_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Codes, Callable]:
     tokvecs, backprop_tok2vec = model.get_ref("tok2vec")(docs, is_train)
     if model.attrs["stop_at_sentences"]:
-        sentences = [sentence_lengths(doc) for doc in docs]
+        sentences = sentence_lengths(docs)
         per_sentence, backprop_split = _split_sentences(model.ops, tokvecs, sentences)
         codes, backprop_sentences = model.get_ref("word_codes")(per_sentence, is_train)
         codes.lengths = numpy.asarray([len(doc) for doc in docs], dtype="int64")
@@ -305,11 +312,11 @@ def _position_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Co
     return codes, backprop
 
 
-def _split_sentences(ops, tokvecs: List[Floats2d], sentences: List[numpy.ndarray]):
-    """Each doc's token vectors cut into its sentences (in order), and the backprop that
-    joins the sentences' gradients into each doc's again."""
+def _split_sentences(ops, tokvecs: List[Floats2d], sentences: numpy.ndarray):
+    """Each doc's token vectors cut into its sentences (`sentences`: the batch's sentence lengths, in
+    order), and the backprop that joins the sentences' gradients into each doc's again."""
     doc_lengths = ops.asarray1i([len(vectors) for vectors in tokvecs])
-    pieces = ops.unflatten(ops.flatten(list(tokvecs)), ops.asarray1i(numpy.concatenate(sentences)))
+    pieces = ops.unflatten(ops.flatten(list(tokvecs)), ops.asarray1i(sentences))
 
     def backprop(d_pieces: List[Floats2d]) -> List[Floats2d]:
         return ops.unflatten(ops.flatten(d_pieces), doc_lengths)

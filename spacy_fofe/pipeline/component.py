@@ -208,8 +208,7 @@ class FOFENER(TrainablePipe):
         fragments = enumerate_fragments(lengths, self.cfg["max_length"])
         if not stops_at_sentences(self.model):
             return fragments
-        flags = [sentence_start_flags(doc) for doc in docs]
-        return within_sentences(fragments, lengths, numpy.concatenate(flags) if flags else numpy.zeros(0, bool))
+        return within_sentences(fragments, lengths, sentence_start_flags(docs))
 
     def _window_margin(self) -> Optional[int]:
         """Tokens of context each side of a window, or None when docs must be scored whole."""
