@@ -570,6 +570,38 @@ def test_benchmark_plans_seeds_per_system_and_a_corpus_per_config():
         "--only: spancat not among the configs and peers of this run")
 
 
+def test_benchmark_times_the_stock_peers_on_the_texts_of_a_config_with_its_own_corpus():
+    """A config trained and scored on whole documents is compared with the stock peers (first seed, as
+    trained) timed on the same document texts, in rows of their own that the accuracy table leaves out."""
+    benchmark = load_benchmark_script()
+    args = bench_args("conll.cfg", peers="ner-stock,spancat-stock,ner", out="out")
+    args.configs += f",{ROOT / 'configs' / 'conll_documents.cfg'}=corpus/docs"
+    runs = benchmark.plan(args)
+    timed = [(run.system, run.seed, str(run.corpus), run.out.as_posix()) for run in benchmark.same_text_runs(runs)]
+    assert timed == [("ner-stock on docs", 0, "corpus/docs", "out/ner-stock/seed0"),
+                     ("spancat-stock on docs", 0, "corpus/docs", "out/spancat-stock/seed0")]
+    assert '"PEER on CORPUS"' in benchmark.protocol(args, runs)
+    args.only = "conll,ner-stock"
+    assert benchmark.same_text_runs(benchmark.plan(args)) == []
+    assert "PEER on CORPUS" not in benchmark.protocol(args, benchmark.plan(args))
+    speed = {"spans_sc_p": 0.8, "spans_sc_r": 0.8, "spans_sc_f": 0.8, "train_seconds": 1, "train_peak_mb": 1,
+             "startup_seconds": 1.0, "device": "cpu"}
+    rows = [{**speed, "system": "conll", "seed": 0, "corpus": "corpus", "words_per_second": 4000,
+             "first_pass_words_per_second": 3000, "inference_peak_mb": 700},
+            {**speed, "system": "conll_documents", "seed": 0, "corpus": "corpus/docs", "words_per_second": 3000,
+             "first_pass_words_per_second": 2000, "inference_peak_mb": 900},
+            {**speed, "system": "ner-stock", "seed": 0, "corpus": "corpus", "words_per_second": 1000,
+             "first_pass_words_per_second": 1000, "inference_peak_mb": 600},
+            {**speed, "system": "ner-stock on docs", "seed": 0, "corpus": "corpus/docs", "timing_of": "ner-stock",
+             "words_per_second": 1500, "first_pass_words_per_second": 500, "inference_peak_mb": 1000}]
+    table = benchmark.summary(rows, nested=False)
+    assert "| conll | 3000 | 4000 |  | 1.0 | 700 | 3.00x / 4.00x | cpu |" in table
+    # against the peer timed on the same document texts
+    assert "| conll_documents | 2000 | 3000 |  | 1.0 | 900 | 4.00x / 2.00x | cpu |" in table
+    assert "| ner-stock on docs | 500 | 1500 |  | 1.0 | 1000 | 1.00x / 1.00x | cpu |" in table
+    assert "| ner-stock on docs | 0 |" not in table and "| ner-stock | 0 |" in table  # timing rows: no accuracy
+
+
 def test_benchmark_refuses_wrong_settings_before_training_any():
     benchmark = load_benchmark_script()
     assert benchmark.settings_error(bench_args(peers="ner-stock,spancat")) is None

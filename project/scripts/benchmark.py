@@ -14,6 +14,8 @@ tokenizer's time aside: on new text it makes the lexemes of new words, for every
 start-up (loading to the first doc out) apart;
 peak memory (max RSS) of that process. The first seed's model of each system is timed again in
 --speed-rounds rounds that take the systems in turn, the best kept (this machine's speed drifts).
+A config trained on another form of the corpus (CONFIG=FOLDER: whole documents) is compared with the
+stock peers' first seeds timed on its own test texts ("PEER on FOLDER"), not on the sentences.
 
 A training is reused only when its fingerprint matches what this run would train: the config text
 (seed and steps included), the train and dev files, and the code (spacy_fofe's sources, spaCy's and
@@ -391,6 +393,16 @@ def speed_rounds(args, rows: List[dict], runs: List[Run]) -> None:
                 row[key] = min(row.get(key, again["startup_seconds"]), again["startup_seconds"])
 
 
+def same_text_runs(runs: List[Run]) -> List[Run]:
+    """The stock peers' first seeds again on the corpus of each config trained on another form of the data
+    (whole documents), as "PEER on CORPUS": that config's speed is compared with theirs on the same texts."""
+    corpora = dict.fromkeys(run.corpus for run in runs if run.is_fofe)
+    peers = [runs[i] for i in first_seeds([run.system for run in runs])
+             if not runs[i].is_fofe and runs[i].system.endswith(STOCK)]
+    return [peer._replace(system=f"{peer.system} on {corpus.name}", corpus=corpus)
+            for corpus in corpora for peer in peers if corpus != peer.corpus]
+
+
 def first_seeds(systems: List[str]) -> List[int]:
     """The index of each system's first run (its first seed) in `systems`, the runs' system names in turn."""
     seen: Dict[str, int] = {}
@@ -415,7 +427,8 @@ def summary(rows: List[dict], nested: bool, accuracy: bool = True) -> str:
     systems: Dict[str, List[dict]] = {}
     for row in rows:
         systems.setdefault(row["system"], []).append(row)
-    lines = accuracy_table(systems, nested) + [""] if accuracy else []
+    trained = {name: group for name, group in systems.items() if "timing_of" not in group[0]}
+    lines = accuracy_table(trained, nested) + [""] if accuracy else []
     return "\n".join(lines + speed_table(systems)) + "\n"
 
 
@@ -435,7 +448,11 @@ def accuracy_table(systems: Dict[str, List[dict]], nested: bool) -> List[str]:
 
 
 def speed_table(systems: Dict[str, List[dict]]) -> List[str]:
+    """A row per system (and per system on blis), with its ratios to each stock peer timed on the same texts
+    (a "PEER on CORPUS" row for a config with a corpus of its own, else the peer's own row)."""
     stock = {name: group[0] for name, group in systems.items() if name.endswith(STOCK)}
+    same_text = {(group[0]["timing_of"], group[0]["corpus"]): group[0] for group in systems.values()
+                 if "timing_of" in group[0]}
     header = ["system", "words/s, first pass", "words/s, warm", "first pass / warm, components alone",
               "start-up s", "inference peak MB", *(f"vs {peer}, first pass / warm" for peer in stock), "device"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -451,8 +468,9 @@ def speed_table(systems: Dict[str, List[dict]]) -> List[str]:
                      f"{components[1] / components[0]:.2f}" if all(components) else "",
                      str(row.get(prefix + "startup_seconds", "")),
                      str(row["inference_peak_mb"]) if not prefix else ""]
+            peers = [same_text.get((name, row.get("corpus")), own) for name, own in stock.items()]
             cells += [f"{row[prefix + 'first_pass_words_per_second'] / peer['first_pass_words_per_second']:.2f}x / "
-                      f"{row[prefix + 'words_per_second'] / peer['words_per_second']:.2f}x" for peer in stock.values()]
+                      f"{row[prefix + 'words_per_second'] / peer['words_per_second']:.2f}x" for peer in peers]
             lines.append("| " + " | ".join(cells + [row["device"]]) + " |")
     return lines
 
@@ -468,7 +486,7 @@ def plot(rows: List[dict], path: Path) -> None:
         print("matplotlib is not installed: no plot (pip install 'spacy-fofe[bench]')")
         return
     fig, ax = plt.subplots(figsize=(6, 4))
-    for row in (rows[i] for i in first_seeds([row["system"] for row in rows])):
+    for row in (rows[i] for i in first_seeds([row["system"] for row in rows]) if "timing_of" not in rows[i]):
         f1 = statistics.mean(100 * r["spans_sc_f"] for r in rows if r["system"] == row["system"])
         ax.scatter(row["first_pass_words_per_second"], f1, s=40)
         ax.annotate(row["system"], (row["first_pass_words_per_second"], f1), textcoords="offset points", xytext=(5, 5))
@@ -531,7 +549,13 @@ def main() -> None:
         row = measure_in_process(args, run, run.out / ("speed-only.json" if args.speed_only else "measure.json"))
         rows.append({"system": run.system, "seed": run.seed, "config": str(run.config or ""),
                      "corpus": str(run.corpus), **record, **row, "model": str(model_of(run))})
-    speed_rounds(args, rows, runs)
+    same_text = same_text_runs(runs)
+    for run in same_text:
+        print(f"== {run.system}: the peer timed on that corpus's test texts", flush=True)
+        row = measure_in_process(args, run, run.out / f"measure-{run.corpus.name}.json")
+        rows.append({"system": run.system, "seed": run.seed, "config": "", "corpus": str(run.corpus),
+                     "timing_of": run.system.split(" on ")[0], **row, "model": str(model_of(run))})
+    speed_rounds(args, rows, runs + same_text)
     out = Path(args.out)
     # The speed-only run keeps its own files beside the benchmark's, one per device.
     stem = f"speed-{rows[0]['device'].replace(' ', '-')}" if args.speed_only else "benchmark"
@@ -562,8 +586,11 @@ def protocol(args, runs: List[Run]) -> str:
     return (scored + "Words/s: the first seed's model, `nlp.pipe` over the test texts, batch 1000, one thread; "
             f"first pass after a start-up pass over {STARTUP_DOCS} dev docs, warm the best of 3 (the components "
             "alone: without the tokenizer's time, which on new text makes the lexemes of new words); best of "
-            f"{args.speed_rounds} rounds taking the systems in turn. Start-up: loading to the first doc out. Peak "
-            "memory: max RSS of the process that scores and times the model.")
+            f"{args.speed_rounds} rounds taking the systems in turn. "
+            + ("A config trained on another form of the corpus (whole documents) is compared with the stock peers "
+               "timed on its test texts (\"PEER on CORPUS\"). " if same_text_runs(runs) else "")
+            + "Start-up: loading to the first doc out. Peak memory: max RSS of the process that scores and times the "
+            "model.")
 
 
 def parse_args():
