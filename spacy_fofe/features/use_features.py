@@ -336,8 +336,10 @@ def _project_words(model: Model, docs: List[Doc]) -> List[Floats2d]:
     if not sentence:
         return _token_rows(model, docs, projected[word_of_token], None, bias)
     # Each doc's vector from the sum of its words' shares, projected by the weights of the vector's columns;
-    # a token's row and its share are read apart, so that neither is copied with the other.
-    vectors = _word_sentence_vectors(_sum_rows(projected[:, width:][word_of_token], _doc_lengths(docs)))
+    # a token's row and its share are read apart, so that neither is copied with the other. The shares are
+    # made float32 once per distinct word, before each token reads its word's.
+    shares = projected[:, width:].astype(numpy.float32)[word_of_token]
+    vectors = _word_sentence_vectors(_sum_rows(shares, _doc_lengths(docs)))
     doc_weights = model.ops.to_numpy(model.get_ref("linear").get_param("W"))[:, 1280:]
     return _token_rows(model, docs, projected[:, :width][word_of_token], vectors @ doc_weights.T, bias)
 
@@ -593,7 +595,8 @@ def _sentence_head(encoder, sums: numpy.ndarray, lengths: numpy.ndarray) -> nump
 
 def _sum_rows(rows: numpy.ndarray, lengths: numpy.ndarray) -> numpy.ndarray:
     """The sum of each doc's rows (zeros for an empty doc), in float32; `rows` holds the docs' rows in turn.
-    Thinc's reduce_sum: one loop in C over the docs, in the order a per-doc sum would take."""
+    Thinc's reduce_sum: one loop in C over the docs, in the order a per-doc sum would take (float16 rows are
+    converted first: give float32 ones where a conversion per distinct row can be made instead)."""
     if rows.shape[0] == 0:
         return numpy.zeros((len(lengths), rows.shape[1]), dtype=numpy.float32)
     return _CPU_OPS.reduce_sum(numpy.ascontiguousarray(rows, dtype=numpy.float32), lengths.astype("int32"))
