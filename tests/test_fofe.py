@@ -60,6 +60,7 @@ def test_prefix_fofe_block_by_block_gives_the_whole_arrays_codes(alpha, monkeypa
     # 4 x its reach rows, the least it takes) give exactly the codes of one scan of the whole array.
     lengths = numpy.random.default_rng(2).integers(0, 3 * fofe.scan_reach(alpha), 60)
     x = numpy.random.default_rng(3).normal(size=(int(lengths.sum()), 3)).astype("float32")
+    monkeypatch.setattr(fofe, "CPU_BLOCK_BYTES", 2**62)  # one scan of the whole array
     whole = [fofe.prefix_fofe(x, lengths, alpha, reverse) for reverse in (False, True)]
     monkeypatch.setattr(fofe, "CPU_BLOCK_BYTES", 1)
     assert len(x) > 4 * fofe.scan_reach(alpha) * 4  # several blocks
