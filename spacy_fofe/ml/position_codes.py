@@ -11,14 +11,14 @@ set by a converter, a senter or a parser) and a doc without sentence starts is o
 """
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import numpy
 from spacy.attrs import ORTH, SPACY
 from spacy.tokens import Doc
 from spacy.util import registry
 from thinc.api import Model
-from thinc.types import Floats2d, Ints1d
+from thinc.types import Floats2d, Ints1d, Ragged
 
 from . import fofe
 from .fragments import flat_bounds
@@ -58,9 +58,10 @@ def WordFOFECodes(
     bag_of_words: bool = True,
     dropout: float = 0.0,
     learn_alpha: bool = False,
-) -> Model[List[Floats2d], Codes]:
+) -> Model[Union[List[Floats2d], Ragged], Codes]:
     """Left-to-right and right-to-left FOFE codes of the token vectors, including and
     excluding each position, and the token vectors themselves (dropout applied first).
+    The sequences are a list of arrays or a Ragged (the batch's sentences, cut by their lengths alone).
 
     learn_alpha: train the forgetting factor, starting from `alpha` (see `forgetting_factor`).
     """
@@ -97,13 +98,18 @@ def _inc_alpha_grad(model: Model, d_alpha: float, alpha: float) -> None:
     model.inc_grad(ALPHA_LOGIT, model.ops.asarray1f([d_alpha * alpha * (1.0 - alpha)]))
 
 
-def _word_forward(model: Model, tokvecs: List[Floats2d], is_train: bool) -> Tuple[Codes, Callable]:
+def _word_forward(model: Model, tokvecs: Union[List[Floats2d], Ragged], is_train: bool) -> Tuple[Codes, Callable]:
     ops = model.ops
     alpha, groups = forgetting_factor(model), model.attrs["groups"]
     learned = ALPHA_LOGIT in model.param_names
-    lengths = numpy.asarray([len(v) for v in tokvecs], dtype="int64")
+    ragged = isinstance(tokvecs, Ragged)
+    if ragged:
+        lengths = ops.to_numpy(tokvecs.lengths).astype("int64")
+        x = tokvecs.dataXd
+    else:
+        lengths = numpy.asarray([len(v) for v in tokvecs], dtype="int64")
+        x = ops.flatten(list(tokvecs))
     lengths_dev = ops.asarray(lengths)
-    x = ops.flatten(list(tokvecs))
     mask = ops.get_dropout_mask(x.shape, model.attrs["dropout_rate"]) if is_train else None
     if mask is not None:
         x = x * mask
@@ -135,7 +141,7 @@ def _word_forward(model: Model, tokvecs: List[Floats2d], is_train: bool) -> Tupl
             _inc_alpha_grad(model, d_alpha, alpha)
         if mask is not None:
             d_x = d_x * mask
-        return ops.unflatten(d_x, lengths_dev)
+        return Ragged(d_x, tokvecs.lengths) if ragged else ops.unflatten(d_x, lengths_dev)
 
     return Codes(lengths, arrays), backprop
 
@@ -287,13 +293,14 @@ def PositionCodes(
 def _position_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Codes, Callable]:
     tokvecs, backprop_tok2vec = model.get_ref("tok2vec")(docs, is_train)
     if model.attrs["stop_at_sentences"]:
-        sentences = sentence_lengths(docs)
-        per_sentence, backprop_split = _split_sentences(model.ops, tokvecs, sentences)
-        codes, backprop_sentences = model.get_ref("word_codes")(per_sentence, is_train)
-        codes.lengths = numpy.asarray([len(doc) for doc in docs], dtype="int64")
+        # The batch's token vectors as its sentences: one flat array cut by the sentences' lengths.
+        ops = model.ops
+        sentences = Ragged(ops.flatten(list(tokvecs)), ops.asarray1i(sentence_lengths(docs)))
+        codes, backprop_sentences = model.get_ref("word_codes")(sentences, is_train)
+        codes.lengths = doc_lengths = numpy.asarray([len(doc) for doc in docs], dtype="int64")
 
         def backprop_words(d_arrays: Gradients) -> List[Floats2d]:
-            return backprop_split(backprop_sentences(d_arrays))
+            return ops.unflatten(backprop_sentences(d_arrays).dataXd, ops.asarray1i(doc_lengths))
     else:
         codes, backprop_words = model.get_ref("word_codes")(tokvecs, is_train)
     backprop_chars = None
@@ -310,15 +317,3 @@ def _position_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Co
         return []
 
     return codes, backprop
-
-
-def _split_sentences(ops, tokvecs: List[Floats2d], sentences: numpy.ndarray):
-    """Each doc's token vectors cut into its sentences (`sentences`: the batch's sentence lengths, in
-    order), and the backprop that joins the sentences' gradients into each doc's again."""
-    doc_lengths = ops.asarray1i([len(vectors) for vectors in tokvecs])
-    pieces = ops.unflatten(ops.flatten(list(tokvecs)), ops.asarray1i(sentences))
-
-    def backprop(d_pieces: List[Floats2d]) -> List[Floats2d]:
-        return ops.unflatten(ops.flatten(d_pieces), doc_lengths)
-
-    return pieces, backprop
