@@ -9,7 +9,7 @@ training, each token's word-identity columns (NORM, LOWER, ORTH) are set, with p
 `word_dropout`, to one shared "unknown" id, while its PREFIX, SUFFIX and SHAPE columns stay.
 The layer also records every word id it saw in training and, at inference, gives words it
 never saw that same unknown id, so a new name looks exactly like the dropped words the net
-learnt from (GermEval dev span F1 was higher so than with the unseen ids left as they are).
+learnt from (GermEval dev span F1 was higher than with the unseen ids left as they are).
 
 `WordDropoutHashEmbed` is spaCy's MultiHashEmbed.v2, built here from the same public layers
 with that layer between the feature extractor and the hash tables, and each distinct row of a

@@ -248,17 +248,12 @@ def _word_texts(docs: List[Doc], orths: numpy.ndarray) -> List[str]:
 
 def sentence_starts(doc: Doc) -> numpy.ndarray:
     """Indices of the tokens that start a sentence: always 0, and every marked sentence start."""
-    if len(doc) == 0:
-        return numpy.zeros((0,), dtype="int64")
-    if not doc.has_annotation("SENT_START"):
-        return numpy.zeros((1,), dtype="int64")
-    marked = numpy.flatnonzero(doc.to_array("SENT_START") == 1)
-    return numpy.union1d([0], marked).astype("int64")
+    return numpy.flatnonzero(sentence_start_flags([doc]))
 
 
 def sentence_start_flags(docs: List[Doc]) -> numpy.ndarray:
-    """A flag per token of the batch, flat: whether it starts a sentence (`sentence_starts`: each
-    doc's first token and every marked start; a doc without sentence starts marks none but its first)."""
+    """A flag per token of the batch, flat: whether it starts a sentence (each doc's first token and
+    every marked start; a doc without sentence starts marks none but its first)."""
     if not any(len(doc) for doc in docs):
         return numpy.zeros((0,), dtype=bool)
     flags = numpy.concatenate([doc.to_array("SENT_START").reshape(-1) for doc in docs]) == 1
