@@ -429,7 +429,7 @@ def bench_args(config="germeval.cfg", **settings):
     values = {"configs": configs, "corpus": "corpus", "out": "out", "peers": "ner-stock,spancat-stock",
               "seeds": [0, 1, 2], "small": False, "lang": "de", "max_length": 7, "max_steps": 0, "peer_steps": 0,
               "gpu_id": -1, "paths": {}, "speed_rounds": 3, "jobs": 2, "blis": False, "only": "",
-              "speed_only": False, "nested": False}
+              "speed_only": False, "nested": False, "openblas_kernel": ""}
     return argparse.Namespace(**{**values, **settings})
 
 
@@ -706,7 +706,7 @@ def test_benchmark_times_the_first_seeds_in_turn_and_keeps_each_ones_best_speed(
     speeds = iter([(900, 500), (1200, 400), (800, 700), (1000, 300)])  # rounds 2 and 3, a then b in each
     calls = []
 
-    def fake_run(command, log=None):
+    def fake_run(command, log=None, kernel=""):
         calls.append(Path(command[3]).parent.parent.name)
         words, first = next(speeds)
         Path(command[5]).write_text(json.dumps({"words_per_second": words, "first_pass_words_per_second": first,
@@ -749,6 +749,59 @@ def test_benchmark_speed_only_refuses_models_it_did_not_train(tmp_path, monkeypa
     with pytest.raises(SystemExit, match="no finished training of this config, data and code"):
         benchmark.main()
     assert measured == []
+
+
+def test_benchmark_kernel_run_times_on_one_core_with_the_kernel_forced(tmp_path):
+    """--openblas-kernel: each measuring process runs pinned to one core with OPENBLAS_CORETYPE set, and
+    reports the kernel numpy's OpenBLAS took; the setting is for trained models, with --speed-only."""
+    benchmark = load_benchmark_script()
+    seen = tmp_path / "seen.json"
+    probe = ("import json, os, sys; from benchmark import openblas_kernel; json.dump([os.environ.get("
+             "'OPENBLAS_CORETYPE'), len(os.sched_getaffinity(0)), openblas_kernel()], open(sys.argv[1], 'w'))")
+    child = [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(ROOT / 'project' / 'scripts')!r}); {probe}"]
+    benchmark.run_measured(child + [seen])
+    coretype, cores, default_kernel = json.loads(seen.read_text())
+    assert coretype is None and cores == len(os.sched_getaffinity(0))
+    benchmark.run_measured(child + [seen], kernel="Haswell")
+    coretype, cores, kernel = json.loads(seen.read_text())
+    assert coretype == "Haswell" and cores == 1
+    if default_kernel:  # numpy on OpenBLAS (its wheels' build picks the kernel at run time)
+        assert kernel == "Haswell"
+    assert "give it with --speed-only" in benchmark.settings_error(bench_args(openblas_kernel="Haswell"))
+    assert benchmark.settings_error(bench_args(openblas_kernel="Haswell", speed_only=True)) is None
+    assert "not an OpenBLAS core type" in benchmark.settings_error(bench_args(openblas_kernel="a b", speed_only=True))
+
+
+def test_benchmark_kernel_run_writes_files_and_a_section_of_its_own(tmp_path, monkeypatch):
+    benchmark = load_benchmark_script()
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for split in ("train", "dev", "test"):
+        (corpus / f"{split}.spacy").write_bytes(b"docs")
+    kernels = []
+
+    def fake_measure(args, run, result, cpu_ops="numpy_blas"):
+        kernels.append(args.openblas_kernel)
+        return {"words_per_second": 2000 if run.is_fofe else 1000, "first_pass_words_per_second": 1000,
+                "startup_seconds": 1.0, "device": "cpu", "openblas_kernel": "Haswell", "inference_peak_mb": 5,
+                "spans_sc_f": 0.5}
+
+    monkeypatch.setattr(benchmark, "measure_in_process", fake_measure)
+    monkeypatch.setattr(benchmark, "trained", lambda run, text: {"train_seconds": 1, "train_peak_mb": 1})
+    for system, model in (("demo", "model-tuned"), ("ner-stock", "model-best")):
+        (tmp_path / "out" / system / "seed0" / model).mkdir(parents=True)
+    results = tmp_path / "RESULTS.md"
+    monkeypatch.setattr(sys, "argv", ["benchmark.py", str(corpus), str(tmp_path / "out"), "--configs",
+                                      str(ROOT / "configs" / "demo.cfg"), "--peers", "ner-stock", "--speed-only",
+                                      "--speed-rounds", "1", "--openblas-kernel", "Haswell", "--results", str(results)])
+    benchmark.main()
+    assert kernels == ["Haswell", "Haswell"]
+    assert (tmp_path / "out" / "speed-cpu-openblas-haswell.json").exists()
+    assert not (tmp_path / "out" / "speed-cpu.json").exists()  # the default CPU form's files stay its own
+    text = results.read_text()
+    assert "## Speed on corpus, cpu, one core, OpenBLAS Haswell kernel" in text
+    assert "OPENBLAS_CORETYPE=Haswell (OpenBLAS reported: Haswell)" in text
+    assert "| demo | 1000 | 2000 |" in text and "2.00x" in text
 
 
 @pytest.mark.slow

@@ -28,7 +28,8 @@ Thinc's versions). Writes OUT/benchmark.json (one row per model, the raw figures
 
 --speed-only times the first seed's trained models again (none is trained; a model whose fingerprint does
 not match is an error) into OUT/speed-DEVICE.json and .md and its own section: the GPU form (`--gpu-id 0`),
-or another BLAS or CPU kernel (`--section`).
+or, with --openblas-kernel KERNEL, on one core with OpenBLAS's KERNEL forced (OPENBLAS_CORETYPE, e.g.
+Haswell: no AVX-512), a stand-in for another CPU (OUT/speed-cpu-openblas-KERNEL.json).
 """
 
 import argparse
@@ -286,12 +287,17 @@ def model_of(run: Run) -> Path:
     return run.out / ("model-tuned" if run.is_fofe else "model-best")
 
 
-def run_measured(command, log: Optional[Path] = None):
-    """Run a command on one thread (its output to `log` when given); return (seconds, peak RSS in MB)."""
+def run_measured(command, log: Optional[Path] = None, kernel: str = ""):
+    """Run a command on one thread (its output to `log` when given); return (seconds, peak RSS in MB).
+    With `kernel`, on one core (the first this process may use) with OpenBLAS's `kernel` forced."""
     start = time.perf_counter()
     with open(log, "w") if log else open(os.devnull, "w") as sink:
         output = {"stdout": sink, "stderr": subprocess.STDOUT} if log else {}
-        process = subprocess.Popen([str(part) for part in command], env={**os.environ, **ONE_THREAD}, **output)
+        if kernel:
+            core = min(os.sched_getaffinity(0))
+            output["preexec_fn"] = lambda: os.sched_setaffinity(0, {core})
+        env = {**os.environ, **ONE_THREAD, **({"OPENBLAS_CORETYPE": kernel} if kernel else {})}
+        process = subprocess.Popen([str(part) for part in command], env=env, **output)
         _, status, usage = os.wait4(process.pid, 0)
     seconds = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:
@@ -339,7 +345,19 @@ def measure(model: str, test: str, result: str, gpu_id: int, cpu_ops: str = "num
                                         "first_pass_words_per_second": round(words / sum(first)),
                                         "components_words_per_second": round(words / min(c for _, c in warm)),
                                         "components_first_pass_words_per_second": round(words / first[1]),
-                                        "startup_seconds": round(startup, 2), "device": device, **keep}))
+                                        "startup_seconds": round(startup, 2), "device": device,
+                                        "openblas_kernel": openblas_kernel(), **keep}))
+
+
+def openblas_kernel() -> str:
+    """The kernel numpy's OpenBLAS runs (threadpoolctl's report), "" where it cannot be told."""
+    try:
+        import numpy  # noqa: F401  (threadpoolctl reports the libraries loaded)
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return ""
+    return next((info.get("architecture", "") for info in threadpool_info() if info.get("internal_api") == "openblas"),
+                "")
 
 
 def _timed_pass(nlp, texts: List[str]) -> Tuple[float, float]:
@@ -366,7 +384,7 @@ def _other_texts(test: str, lang: str) -> List[str]:
 def measure_in_process(args, run: Run, result: Path, cpu_ops: str = "numpy_blas") -> dict:
     """`--measure` in a fresh process on one thread: its figures, with its peak memory in MB."""
     _, peak = run_measured([sys.executable, __file__, "--measure", model_of(run), run.corpus / "test.spacy", result,
-                            "--gpu-id", args.gpu_id, "--cpu-ops", cpu_ops])
+                            "--gpu-id", args.gpu_id, "--cpu-ops", cpu_ops], kernel=args.openblas_kernel)
     return {**json.loads(result.read_text()), "inference_peak_mb": round(peak)}
 
 
@@ -559,6 +577,8 @@ def main() -> None:
     out = Path(args.out)
     # The speed-only run keeps its own files beside the benchmark's, one per device.
     stem = f"speed-{rows[0]['device'].replace(' ', '-')}" if args.speed_only else "benchmark"
+    if args.openblas_kernel:
+        stem += f"-openblas-{args.openblas_kernel.lower()}"
     (out / f"{stem}.json").write_text(json.dumps(rows, indent=1))
     table = summary(rows, args.nested, accuracy=not args.speed_only)
     (out / f"{stem}.md").write_text(table)
@@ -566,11 +586,13 @@ def main() -> None:
     plot(rows, out / f"{stem}.png")
     title = args.section or (f"Speed on {Path(args.corpus).name}, {rows[0]['device']}" if args.speed_only
                              else f"Benchmark on {Path(args.corpus).name}")
-    write_section(title, protocol(args, runs) + "\n\n" + table, path=Path(args.results), raw=out / f"{stem}.json",
+    if args.openblas_kernel and not args.section:
+        title += f", one core, OpenBLAS {args.openblas_kernel} kernel"
+    write_section(title, protocol(args, runs, rows) + "\n\n" + table, path=Path(args.results), raw=out / f"{stem}.json",
                   configs=[str(path) for path, _ in config_specs(args.configs)])
 
 
-def protocol(args, runs: List[Run]) -> str:
+def protocol(args, runs: List[Run], rows: Optional[List[dict]] = None) -> str:
     seeds = ", ".join(f"{system} {len([r for r in runs if r.system == system])}"
                       for system in dict.fromkeys(r.system for r in runs))
     scored = ("Speed only (the first seed's models of the benchmark, not retrained). " if args.speed_only else
@@ -590,7 +612,16 @@ def protocol(args, runs: List[Run]) -> str:
             + ("A config trained on another form of the corpus (whole documents) is compared with the stock peers "
                "timed on its test texts (\"PEER on CORPUS\"). " if same_text_runs(runs) else "")
             + "Start-up: loading to the first doc out. Peak memory: max RSS of the process that scores and times the "
-            "model.")
+            "model." + (" " + kernel_sentence(args.openblas_kernel, rows or []) if args.openblas_kernel else ""))
+
+
+def kernel_sentence(kernel: str, rows: List[dict]) -> str:
+    """What a --openblas-kernel run changed, with the kernels numpy's OpenBLAS reported in its processes."""
+    reported = sorted({row.get("openblas_kernel") or "not reported" for row in rows})
+    return (f"Every process on one core, with OPENBLAS_CORETYPE={kernel} (OpenBLAS reported: {', '.join(reported)}): "
+            "a stand-in for a CPU without this machine's kernels. It changes numpy's BLAS, which fofe_ner's "
+            "products run on; spaCy's ner and spancat, and fofe_ner's (blis) rows, run on thinc's blis, which it "
+            "leaves as it is.")
 
 
 def parse_args():
@@ -615,6 +646,8 @@ def parse_args():
     parser.add_argument("--only", default="", help="these systems of the run alone (config file stems or peers), "
                         "e.g. the models one GPU lease can carry in with --speed-only")
     parser.add_argument("--section", default="", help="the RESULTS.md section to write (default from the corpus)")
+    parser.add_argument("--openblas-kernel", default="", metavar="KERNEL", help="with --speed-only: time on "
+                        "one core with OpenBLAS's KERNEL forced (OPENBLAS_CORETYPE, e.g. Haswell), as on another CPU")
     parser.add_argument("--small", action="store_true", help="the ner/spancat peers' fallback embedding at width 64")
     parser.add_argument("--results", default=str(RESULTS), help="the results file whose section this rewrites")
     parser.add_argument("--cpu-ops", choices=["numpy_blas", "blis"], default="numpy_blas", help=argparse.SUPPRESS)
@@ -650,6 +683,10 @@ def settings_error(args) -> Optional[str]:
     unknown = set(filter(None, args.only.split(","))) - set(stems) - set(filter(None, args.peers.split(",")))
     if unknown:
         return f"--only: {', '.join(sorted(unknown))} not among the configs and peers of this run"
+    if args.openblas_kernel and not args.speed_only:
+        return "--openblas-kernel times trained models again: give it with --speed-only"
+    if args.openblas_kernel and not args.openblas_kernel.isalnum():
+        return f"--openblas-kernel: {args.openblas_kernel!r} is not an OpenBLAS core type name (e.g. Haswell)"
     if args.speed_rounds < 1 or args.jobs < 1 or not args.seeds:
         return "--speed-rounds and --jobs must be at least 1, and --seeds name one seed or more"
     return None
