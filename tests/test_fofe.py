@@ -253,6 +253,36 @@ def test_fragment_grid_is_each_cells_sum_of_features(places, decayed):
 
 @pytest.mark.parametrize("places", [("start", "end", "mean"), ("end",), ("mean", "start")])
 @pytest.mark.parametrize("decayed", [False, True])
+def test_fragment_cells_are_the_grids_cells_from_every_row_or_from_the_rows_read(places, decayed):
+    """A few fragments' cells read straight from the arrays equal the grid's, and so do they when each
+    array holds only the rows read at its place (first rows, last rows, rows inside a fragment)."""
+    rng = numpy.random.default_rng(5)
+    rows, n = 12, 4
+    names = places + (("start_decayed", "end_decayed") if decayed else ())
+    placed = {name: rng.normal(size=(rows, 3)).astype("float32") for name in names}
+    decay = rng.random((rows, n)).astype("float32") if decayed else None
+    cells = numpy.asarray([(t, size) for t in range(rows) for size in range(1, min(n, rows - t) + 1)])
+    cells = cells[rng.random(len(cells)) < 0.3]
+    starts, sizes = cells[:, 0], cells[:, 1]
+    grid = fofe.fragment_grid(placed, n, rows, decay)[starts, sizes - 1]
+    fragment_decay = decay[starts, sizes - 1] if decayed else None
+    numpy.testing.assert_allclose(fofe.fragment_cells(placed, starts, sizes, fragment_decay), grid,
+                                  rtol=1e-5, atol=1e-5)
+    first, last = numpy.zeros(rows, bool), numpy.zeros(rows, bool)
+    first[starts], last[starts + sizes - 1] = True, True
+    inside = numpy.zeros(rows, bool)
+    for start, size in cells:
+        inside[start:start + size] = True
+    assert not (first.all() and last.all() and inside.all())  # some rows are left out
+    read = {"start": first, "start_decayed": first, "end": last, "end_decayed": last, "mean": inside}
+    some = {name: placed[name][read[name]] for name in names}
+    positions = {name: numpy.cumsum(read[name]) - 1 for name in names}
+    numpy.testing.assert_allclose(fofe.fragment_cells(some, starts, sizes, fragment_decay, positions), grid,
+                                  rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("places", [("start", "end", "mean"), ("end",), ("mean", "start")])
+@pytest.mark.parametrize("decayed", [False, True])
 def test_fragment_grid_backward_is_the_adjoint_and_gives_the_decay_gradient(places, decayed):
     """<fragment_grid(placed), g> = sum over places of <placed[p], backward(g)[p]>, and the decay
     gradient of cell (t, l) is -<g[t, l], start_decayed[t] + end_decayed[t + l]>."""

@@ -211,27 +211,33 @@ def fragment_grid(placed: Dict[str, Floats2d], n: int, rows: int, decay: Optiona
 
 
 def fragment_cells(placed: Dict[str, Floats2d], starts: Ints1d, sizes: Ints1d,
-                   decay: Optional[Floats1d] = None) -> Floats2d:
+                   decay: Optional[Floats1d] = None, positions: Optional[Dict[str, Ints1d]] = None) -> Floats2d:
     """The cells of fragment_grid's grid that fragments (row `starts`, `sizes` tokens) take, read
     straight from `placed` (decay: one alpha ** characters per fragment) without the grid: the
-    cheaper way when the fragments are a small share of the grid's cells (a filtered batch)."""
+    cheaper way when the fragments are a small share of the grid's cells (a filtered batch).
+    positions: {place: the row of placed[place] that holds each grid row}, where `placed` holds
+    only the rows the fragments read (by default, every row in order)."""
     first = next(iter(placed.values()))
     xp = get_array_module(first)
+
+    def read(place: str, rows: Ints1d) -> Floats2d:
+        return placed[place][rows if positions is None else positions[place][rows]]
+
     last = starts + sizes - 1
     cells = xp.zeros((len(starts), first.shape[1]), dtype=first.dtype)
     if "start" in placed:
-        cells += placed["start"][starts]
+        cells += read("start", starts)
     if "end" in placed:
-        cells += placed["end"][last]
+        cells += read("end", last)
     if "mean" in placed:
-        rows = placed["mean"]
+        final_row = (len(positions["mean"]) if positions is not None else len(placed["mean"])) - 1
         total = xp.zeros_like(cells)
         for k in range(int(sizes.max()) if len(sizes) else 0):
             inside = k < sizes
-            total += rows[xp.minimum(starts + k, rows.shape[0] - 1)] * inside[:, None]
+            total += read("mean", xp.minimum(starts + k, final_row)) * inside[:, None]
         cells += total / sizes[:, None].astype(first.dtype)
     if decay is not None:
-        cells -= decay[:, None] * (placed["start_decayed"][starts] + placed["end_decayed"][last])
+        cells -= decay[:, None] * (read("start_decayed", starts) + read("end_decayed", last))
     return cells
 
 

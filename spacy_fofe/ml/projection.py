@@ -8,12 +8,12 @@ laid out on the (rows, n) grid of `fofe.py` (docs/architecture.md, section 4).
 gathered fragment features.
 """
 
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy
 from spacy.util import registry
-from thinc.api import Model, get_array_module, glorot_uniform_init
-from thinc.types import Floats2d, Ints2d
+from thinc.api import Model, glorot_uniform_init
+from thinc.types import Floats2d, Ints1d, Ints2d
 
 from . import fofe
 from .position_codes import CHAR_ALPHA_GRAD, Codes
@@ -115,10 +115,10 @@ def _forward(model: Model, inputs: InT, is_train: bool) -> Tuple[Floats2d, Calla
         return ops.alloc2f(0, nH), lambda d_hidden: {name: ops.alloc2f(*a.shape) for name, a in codes.arrays.items()}
     n = int(sizes.max())
     begin, end = (0, n_tokens) if is_train else (int(starts.min()), int(starts.max()) + 1)
-    placed, backprop_placed = _project(model, codes.arrays, begin, min(end + n - 1, n_tokens))
     if not is_train and len(fragments) * SPARSE_SHARE < (end - begin) * n:
-        pre = _cells_of(codes, placed, starts, sizes, begin)
+        pre = _cells_of(model, codes, starts, sizes)
     else:
+        placed, backprop_placed = _project(model, codes.arrays, slice(begin, min(end + n - 1, n_tokens)))
         # alpha ** (characters in the fragment) of each grid cell; training's backward reuses it (begin is 0).
         decay = _char_decay(codes, n, begin, end) if codes.char_bounds is not None else None
         grid = fofe.fragment_grid(placed, n, end - begin, decay)
@@ -163,14 +163,27 @@ def _no_backprop(d_hidden):
     raise ValueError("fragment_projection: backprop called on a forward pass run with is_train=False")
 
 
-def _cells_of(codes: Codes, placed: Dict[str, Floats2d], starts: numpy.ndarray, sizes: numpy.ndarray, begin: int):
-    """The fragments' pre-activations read from the projected rows one by one, without the grid."""
-    xp = get_array_module(next(iter(placed.values())))
+def _cells_of(model: Model, codes: Codes, starts: numpy.ndarray, sizes: numpy.ndarray) -> Floats2d:
+    """The fragments' pre-activations without the grid. Each code array is projected only on the
+    rows the fragments read it at (their first rows, their last rows, or every row inside one for
+    the mean): a filtered batch reads a quarter to a half of its rows."""
+    xp = model.ops.xp
+    n_rows = int(codes.lengths.sum())
+    last = starts + sizes - 1
+    first_rows = numpy.bincount(starts, minlength=n_rows) > 0
+    last_rows = numpy.bincount(last, minlength=n_rows) > 0
+    # A row is inside a fragment when more fragments start at or before it than end before it.
+    opened = numpy.bincount(starts, minlength=n_rows + 1) - numpy.bincount(last + 1, minlength=n_rows + 1)
+    read = {"start": first_rows, "start_decayed": first_rows, "end": last_rows, "end_decayed": last_rows,
+            "mean": numpy.cumsum(opened[:n_rows]) > 0}
+    places = {SOURCES[name][1] for name in codes.arrays}
+    placed, _ = _project(model, codes.arrays, {place: xp.asarray(numpy.flatnonzero(read[place])) for place in places})
+    # Row r of the grid is row positions[place][r] of placed[place].
+    positions = {place: xp.asarray(numpy.cumsum(read[place]) - 1) for place in places}
     decay = None
     if codes.char_bounds is not None:
-        first, last = xp.asarray(starts), xp.asarray(starts + sizes - 1)
-        decay = fofe.fragment_decay(*codes.char_bounds, first, last, codes.char_alpha)
-    return fofe.fragment_cells(placed, xp.asarray(starts - begin), xp.asarray(sizes), decay)
+        decay = fofe.fragment_decay(*codes.char_bounds, xp.asarray(starts), xp.asarray(last), codes.char_alpha)
+    return fofe.fragment_cells(placed, xp.asarray(starts), xp.asarray(sizes), decay, positions)
 
 
 def _char_decay(codes: Codes, n: int, begin: int, end: int):
@@ -184,11 +197,12 @@ def _char_alpha_grad(codes: Codes, d_decay: Floats2d, decay: Floats2d, n: int, n
     return (d_decay * decay * n_chars).sum(keepdims=True).reshape((1,)) / codes.char_alpha
 
 
-def _project(model: Model, arrays: Dict[str, Floats2d], begin: int, stop: int):
-    """Rows begin..stop of every code array times its block of W, summed by where they are read.
+def _project(model: Model, arrays: Dict[str, Floats2d], rows: Union[slice, Dict[str, Ints1d]]):
+    """Some rows of every code array times its block of W, summed by where they are read.
 
-    Returns {place: (stop - begin, nH)} and the backprop from {place: gradient} to
-    {array name: gradient} (training projects all rows, so begin is 0 there).
+    rows: the same rows of every array (a slice), or {place: row indices} for the arrays read
+    there. Returns {place: (rows, nH)} and the backprop from {place: gradient} to {array name:
+    gradient} (training projects all rows, so the slice is every row there).
     """
     ops = model.ops
     W = model.get_param("W")
@@ -196,7 +210,8 @@ def _project(model: Model, arrays: Dict[str, Floats2d], begin: int, stop: int):
     placed: Dict[str, Floats2d] = {}
     for name, array in arrays.items():
         block, place = SOURCES[name]
-        projected = ops.gemm(array[begin:stop], W[:, blocks[block]], trans2=True)
+        projected = ops.gemm(array[rows if isinstance(rows, slice) else rows[place]], W[:, blocks[block]],
+                             trans2=True)
         placed[place] = placed[place] + projected if place in placed else projected
 
     def backprop(d_placed: Dict[str, Floats2d]) -> Dict[str, Floats2d]:
