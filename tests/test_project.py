@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import spacy
@@ -665,6 +666,42 @@ def test_a_training_is_reused_only_when_config_data_and_code_match(tmp_path, mon
     assert [len(found) for found in trainings()] == [4, 4]
     source.write_text("x = 2\n")
     assert [len(found) for found in trainings()] == [5, 5]
+
+
+def test_a_peers_training_depends_on_the_spacy_fofe_modules_its_config_runs_alone(tmp_path, monkeypatch):
+    """A stock peer runs spacy_fofe's corpus reader and nothing else of it: a change elsewhere in spacy_fofe
+    does not retrain it, one to the reader's module or to a module it imports does; a fofe_ner config
+    depends on every source. A record of every source (older peers') is reused while none changed."""
+    benchmark = load_benchmark_script()
+    root = tmp_path / "root"
+    files = {"__init__.py": "from .training import corpus\n", "training/__init__.py": "",
+             "training/corpus.py": "import numpy\n\ndef read():\n    from ..ml.util import helper\n",
+             "ml/__init__.py": "", "ml/util.py": "helper = 1\n", "ml/model.py": "from .util import helper\n"}
+    for name, text in files.items():
+        (root / "spacy_fofe" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "spacy_fofe" / name).write_text(text)
+    monkeypatch.setattr(benchmark, "ROOT", root)
+    peer = '[corpora.train]\n@readers = "spacy_fofe.CachedCorpus.v1"\npath = "train.spacy"\n'
+    ours = '[components.fofe_ner]\nfactory = "fofe_ner"\n\n' + peer
+    relative = [path.relative_to(root / "spacy_fofe").as_posix() for path in benchmark.code_sources(peer)]
+    assert relative == ["ml/util.py", "training/corpus.py"]
+    assert len(benchmark.code_sources(ours)) == len(files)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for split in ("train", "dev"):
+        (corpus / f"{split}.spacy").write_bytes(b"docs")
+    before = {text: benchmark.fingerprint(text, corpus) for text in (peer, ours)}
+    run = SimpleNamespace(out=tmp_path / "peer", corpus=corpus)
+    (run.out / "model-best").mkdir(parents=True)
+    record = {"fingerprint": benchmark.fingerprint(peer, corpus, every_source=True)}
+    (run.out / benchmark.TRAINED).write_text(json.dumps(record))
+    assert benchmark.trained(run, peer) == record
+    (root / "spacy_fofe" / "ml" / "model.py").write_text("from .util import helper as other\n")
+    assert benchmark.fingerprint(peer, corpus) == before[peer]
+    assert benchmark.fingerprint(ours, corpus) != before[ours]
+    assert benchmark.trained(run, peer) is None  # written when model.py was another
+    (root / "spacy_fofe" / "ml" / "util.py").write_text("helper = 2\n")
+    assert benchmark.fingerprint(peer, corpus) != before[peer]
 
 
 def test_benchmark_scores_first_pass_and_reports_seeds_spread_and_ratios(tmp_path, trained):

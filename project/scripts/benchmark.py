@@ -18,10 +18,11 @@ A config trained on another form of the corpus (CONFIG=FOLDER: whole documents) 
 stock peers' first seeds timed on its own test texts ("PEER on FOLDER"), not on the sentences.
 
 A training is reused only when its fingerprint matches what this run would train: the config text
-(seed and steps included), the train and dev files, and the code (spacy_fofe's sources, spaCy's and
-Thinc's versions). Writes OUT/benchmark.json (one row per model, the raw figures), OUT/benchmark.md
-(mean and standard deviation over the seeds, speed ratios to the stock peers) and the section
-"Benchmark on CORPUS" of project/RESULTS.md with its raw figures in project/metrics/.
+(seed and steps included), the train and dev files, and the code (spaCy's and Thinc's versions, and
+spacy_fofe's sources: all of them for a fofe_ner config, those its config runs for a peer). Writes
+OUT/benchmark.json (one row per model, the raw figures), OUT/benchmark.md (mean and standard deviation
+over the seeds, speed ratios to the stock peers) and the section "Benchmark on CORPUS" of
+project/RESULTS.md with its raw figures in project/metrics/.
 
     python scripts/benchmark.py corpus/conll metrics/benchmark-conll --lang en \
         --configs ../configs/conll.cfg,../configs/conll_documents.cfg=corpus/conll-docs --paths.vectors vectors/glove50
@@ -33,9 +34,11 @@ Haswell: no AVX-512), a stand-in for another CPU (OUT/speed-cpu-openblas-KERNEL.
 """
 
 import argparse
+import ast
 import hashlib
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -232,8 +235,9 @@ def run_config(args, run: Run):
     return fofe_config(args, run) if run.is_fofe else spacy_config(args, run.system, run.seed)
 
 
-def fingerprint(config_text: str, corpus: Path) -> Dict[str, str]:
-    """What a trained model depends on: its config, its train and dev files, and the code that trains it."""
+def fingerprint(config_text: str, corpus: Path, every_source: bool = False) -> Dict[str, str]:
+    """What a trained model depends on: its config, its train and dev files, and the code that trains it
+    (with `every_source`, all of spacy_fofe's sources, whatever the config runs)."""
     import spacy
     import thinc
 
@@ -243,19 +247,60 @@ def fingerprint(config_text: str, corpus: Path) -> Dict[str, str]:
             sha.update(path.as_posix().encode() if not path.is_file() else path.read_bytes())
         return sha.hexdigest()[:16]
 
-    sources = sorted((ROOT / "spacy_fofe").rglob("*.py"))
+    sources = sorted((ROOT / "spacy_fofe").rglob("*.py")) if every_source else code_sources(config_text)
     code = digest(sources) + f"; spaCy {spacy.__version__}; Thinc {thinc.__version__}"
     return {"config": hashlib.sha256(config_text.encode()).hexdigest()[:16],
             "data": digest([corpus / "train.spacy", corpus / "dev.spacy"]), "code": code}
 
 
+def code_sources(config_text: str) -> List[Path]:
+    """The spacy_fofe sources a config's training runs: all of them for a config with a fofe_ner component;
+    for one that only names spacy_fofe functions (a peer's corpus reader), the modules that define them and
+    the spacy_fofe modules these import, so that a change to fofe_ner does not retrain spaCy's own
+    components (importing the package runs the other modules' registrations, which train nothing)."""
+    package = ROOT / "spacy_fofe"
+    if re.search(r'^factory = "fofe_ner"$', config_text, re.MULTILINE):
+        return sorted(package.rglob("*.py"))
+    from spacy.util import registry
+
+    named = re.findall(r'^@(\w+) = "(spacy_fofe\.[^"]+)"$', config_text, re.MULTILINE)
+    todo = [registry.find(kind, name)["module"] for kind, name in named]
+    found: Dict[str, Path] = {}
+    while todo:
+        module = todo.pop()
+        path = ROOT.joinpath(*module.split("."))
+        path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+        if module in found or not path.is_file():
+            continue
+        found[module] = path
+        todo.extend(imported_modules(path, module, is_package=path.name == "__init__.py"))
+    return sorted(found.values())
+
+
+def imported_modules(path: Path, module: str, is_package: bool = False) -> List[str]:
+    """The spacy_fofe modules that the source `path` (of `module`) imports, anywhere in it (a function's
+    import included); for `from PACKAGE import NAME`, NAME too, which may be a module."""
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            source = ".".join(base + (node.module.split(".") if node.module else []))
+            names += [source] + [f"{source}.{alias.name}" for alias in node.names]
+    return [name for name in names if name == "spacy_fofe" or name.startswith("spacy_fofe.")]
+
+
 def trained(run: Run, config_text: str) -> Optional[dict]:
-    """The finished training of `run` (its TRAINED record) when its fingerprint is this run's, else None."""
+    """The finished training of `run` (its TRAINED record) when its fingerprint is this run's, else None.
+    A record of every source (as peers' were written before they had their own) matches when none changed."""
     record = run.out / TRAINED
     if not (record.exists() and (run.out / "model-best").exists()):
         return None
     found = json.loads(record.read_text())
-    return found if found.get("fingerprint") == fingerprint(config_text, run.corpus) else None
+    now = [fingerprint(config_text, run.corpus, every_source) for every_source in (False, True)]
+    return found if found.get("fingerprint") in now else None
 
 
 def train_and_tune(args, run: Run) -> dict:
