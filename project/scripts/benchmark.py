@@ -238,28 +238,32 @@ def run_config(args, run: Run):
 def fingerprint(config_text: str, corpus: Path, every_source: bool = False) -> Dict[str, str]:
     """What a trained model depends on: its config, its train and dev files, and the code that trains it
     (with `every_source`, all of spacy_fofe's sources, whatever the config runs)."""
+    return {"config": hashlib.sha256(config_text.encode()).hexdigest()[:16],
+            "data": _digest([corpus / "train.spacy", corpus / "dev.spacy"]),
+            "code": code_fingerprint(config_text, every_source)}
+
+
+def code_fingerprint(config_text: str, every_source: bool = False) -> str:
     import spacy
     import thinc
 
-    def digest(paths) -> str:
-        sha = hashlib.sha256()
-        for path in paths:
-            sha.update(path.as_posix().encode() if not path.is_file() else path.read_bytes())
-        return sha.hexdigest()[:16]
-
-    sources = sorted((ROOT / "spacy_fofe").rglob("*.py")) if every_source else code_sources(config_text)
-    code = digest(sources) + f"; spaCy {spacy.__version__}; Thinc {thinc.__version__}"
-    return {"config": hashlib.sha256(config_text.encode()).hexdigest()[:16],
-            "data": digest([corpus / "train.spacy", corpus / "dev.spacy"]), "code": code}
+    return _digest(code_sources(config_text, every_source)) + f"; spaCy {spacy.__version__}; Thinc {thinc.__version__}"
 
 
-def code_sources(config_text: str) -> List[Path]:
+def _digest(paths) -> str:
+    sha = hashlib.sha256()
+    for path in paths:
+        sha.update(path.as_posix().encode() if not path.is_file() else path.read_bytes())
+    return sha.hexdigest()[:16]
+
+
+def code_sources(config_text: str, every_source: bool = False) -> List[Path]:
     """The spacy_fofe sources a config's training runs: all of them for a config with a fofe_ner component;
     for one that only names spacy_fofe functions (a peer's corpus reader), the modules that define them and
     the spacy_fofe modules these import, so that a change to fofe_ner does not retrain spaCy's own
     components (importing the package runs the other modules' registrations, which train nothing)."""
     package = ROOT / "spacy_fofe"
-    if re.search(r'^factory = "fofe_ner"$', config_text, re.MULTILINE):
+    if every_source or re.search(r'^factory = "fofe_ner"$', config_text, re.MULTILINE):
         return sorted(package.rglob("*.py"))
     from spacy.util import registry
 
@@ -299,8 +303,8 @@ def trained(run: Run, config_text: str) -> Optional[dict]:
     if not (record.exists() and (run.out / "model-best").exists()):
         return None
     found = json.loads(record.read_text())
-    now = [fingerprint(config_text, run.corpus, every_source) for every_source in (False, True)]
-    return found if found.get("fingerprint") in now else None
+    now = fingerprint(config_text, run.corpus)
+    return found if found.get("fingerprint") in (now, {**now, "code": code_fingerprint(config_text, True)}) else None
 
 
 def train_and_tune(args, run: Run) -> dict:
