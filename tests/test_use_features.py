@@ -313,6 +313,26 @@ def test_the_word_features_start_afresh_past_their_size(monkeypatch):
     numpy.testing.assert_array_equal(first[0], first[2])
 
 
+def test_the_row_index_finds_the_rows_a_dict_of_its_words_would():
+    rng = numpy.random.default_rng(0)
+    # ORTH ids are 64-bit hashes: the top bit set among them, and one id given twice (the later row wins).
+    shipped = rng.integers(0, 2**64 - 1, size=500, dtype=numpy.uint64)
+    shipped[7] = shipped[3]
+    shipped[0] = 2**64 - 1
+    index, expected = use_features._RowIndex(shipped.tolist()), {}
+    for row, orth in enumerate(shipped.tolist()):
+        expected[orth] = row
+    new = numpy.setdiff1d(rng.integers(0, 2**64 - 1, size=300, dtype=numpy.uint64), shipped)
+    index.add(new[::-1], numpy.arange(1000, 1000 + len(new)))
+    expected.update(zip(new[::-1].tolist(), range(1000, 1000 + len(new))))
+    absent = numpy.setdiff1d(rng.integers(0, 2**64 - 1, size=50, dtype=numpy.uint64), numpy.append(shipped, new))
+    asked = rng.permutation(numpy.concatenate([shipped, new, absent, [0]]).astype(numpy.uint64))
+    found = index.find(asked)
+    assert found.tolist() == [expected.get(orth, -1) for orth in asked.tolist()]
+    assert len(index) == len(expected)
+    assert use_features._RowIndex().find(asked[:3]).tolist() == [-1, -1, -1]
+
+
 def test_a_layer_saved_as_a_plain_chain_loads():
     from thinc.api import Dropout, Linear, chain, with_array
 
