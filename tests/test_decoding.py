@@ -384,15 +384,16 @@ def test_tuning_on_a_dev_file_without_gold_spans_is_an_error_and_writes_nothing(
 @pytest.mark.parametrize("levels", [[HF], [HF, HF], [NA], [NA, NA], [Level("longest-first", 0.4, {"B": 0.7})],
                                     [Level("nesting-aware", 0.6, {"A": 0.3}), Level("highest-first", 0.5)]])
 def test_batch_decoding_equals_each_docs_decoding(levels):
-    """decode_batch decides the candidates that overlap no other of their doc by array work and decodes the
-    other docs one by one: the same spans and depths as decoding every doc alone, on random score tables
-    where most docs have no overlapping candidates and some have nested and crossing ones."""
+    """decode_batch decides the candidates that overlap no other of their doc by array work and decodes each
+    cluster of overlapping ones alone: the same spans and depths as decoding every doc alone, on random score
+    tables where most docs have no overlapping candidates and some have nested and crossing ones, in one
+    cluster or in several (docs of 40 tokens), among candidates that pass no level's threshold."""
     rng = numpy.random.default_rng(0)
     rows, label_ids, scores = [], [], []
     for doc in range(300):
         taken = set()
-        for _ in range(rng.integers(0, 4 if doc % 3 else 8)):
-            start = int(rng.integers(0, 12))
+        for _ in range(rng.integers(0, 4 if doc % 3 else 8 if doc % 2 else 16)):
+            start = int(rng.integers(0, 12 if doc % 2 else 40))
             end = start + int(rng.integers(1, 5))
             if doc % 3 and any(t in taken for t in range(start, end)):
                 continue  # two docs in three without overlapping candidates

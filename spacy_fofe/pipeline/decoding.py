@@ -2,7 +2,7 @@
 
 A candidate is (start, end, label, score) with `end` exclusive. A batch's candidates that
 overlap no other candidate of their doc (most of them) are decided by array work
-(`decode_batch`); a doc with overlapping candidates is decoded in plain Python, where every
+(`decode_batch`); a cluster of overlapping candidates is decoded in plain Python, where every
 algorithm costs O(C log C) plus O(C * n) for C candidates of at most n tokens: a candidate
 is only ever compared with spans that start within n tokens of it, never with all the doc's
 candidates.
@@ -226,30 +226,46 @@ class CandidateTable(NamedTuple):
 
 
 def decode_batch(table: CandidateTable, levels: Sequence[Level]) -> List[List[Tuple[Candidate, int]]]:
-    """`decode` of each doc's candidates. A candidate that overlaps no other candidate of its doc
-    is kept, at depth 0, exactly when it passes the outer level's threshold, whatever the
-    algorithm: that is decided for the whole batch at once, and only the docs that have
-    overlapping candidates are decoded one by one."""
+    """`decode` of each doc's candidates, cluster by cluster. Candidates joined by a chain of overlaps
+    form a cluster, and what one cluster keeps never depends on another's (every algorithm compares a
+    candidate only with those it overlaps, or contains). A candidate alone in its cluster (most of them) is
+    kept, at depth 0, exactly when it passes the outer level's threshold, whatever the algorithm: that is
+    decided for the whole batch at once, and only the clusters of several candidates are decoded one by one,
+    not their whole docs. A candidate that passes no level's threshold is dropped first: no algorithm keeps
+    it, and without it its neighbours may fall into clusters of their own."""
     _check(levels)
-    n = len(table.scores)
     out: List[List[Tuple[Candidate, int]]] = [[] for _ in range(table.n_docs)]
-    if n == 0:
+    lowest = numpy.asarray([min(level.label_thresholds.get(label, level.threshold) for level in levels)
+                            for label in table.labels], dtype="float64")
+    rows = numpy.flatnonzero(table.scores >= lowest[table.label_ids]) if len(table.scores) else []
+    if len(rows) == 0:
         return out
-    docs, starts, ends = (table.fragments[:, k] for k in range(3))
-    # In (doc, start, end) order, a doc has overlapping candidates exactly when two neighbours overlap:
-    # whatever overlaps an earlier candidate overlaps the one just before it too.
-    overlaps = (docs[1:] == docs[:-1]) & (starts[1:] < ends[:-1])
-    crowded = numpy.zeros(table.n_docs, dtype=bool)
-    crowded[docs[1:][overlaps]] = True
+    docs, starts, ends = (table.fragments[rows, k] for k in range(3))
+    # In (doc, start, end) order a candidate opens a cluster when it starts at or after the end of every
+    # earlier candidate of its doc: a running maximum of the ends, offset by doc so that docs do not mix.
+    offset = docs * (int(ends.max()) + 1)
+    reach = numpy.maximum.accumulate(offset + ends)
+    opens = numpy.ones(len(rows), dtype=bool)
+    opens[1:] = offset[1:] + starts[1:] >= reach[:-1]
+    firsts = numpy.flatnonzero(opens)
+    sizes = numpy.diff(numpy.append(firsts, len(rows)))
     outer = levels[0]
     thresholds = numpy.asarray([outer.label_thresholds.get(label, outer.threshold) for label in table.labels],
                                dtype="float64")
-    alone = numpy.flatnonzero(~crowded[docs] & (table.scores >= thresholds[table.label_ids]))
-    for doc, candidate in zip(docs[alone].tolist(), table.made(alone)):
-        out[doc].append((candidate, 0))
-    bounds = table.doc_bounds()
-    for doc in numpy.flatnonzero(crowded).tolist():
-        out[doc] = decode(table.made(slice(bounds[doc], bounds[doc + 1])), levels)
+    alone = firsts[sizes == 1]
+    alone = alone[table.scores[rows[alone]] >= thresholds[table.label_ids[rows[alone]]]]
+    decoded = [(first, [(candidate, 0)]) for first, candidate in zip(alone.tolist(), table.made(rows[alone]))]
+    shared = sizes > 1
+    in_shared = numpy.repeat(shared, sizes)
+    candidates = table.made(rows[in_shared])
+    bounds = numpy.cumsum(sizes[shared]).tolist()
+    for first, lo, hi in zip(firsts[shared].tolist(), [0] + bounds, bounds):
+        decoded.append((first, decode(candidates[lo:hi], levels)))
+    # Clusters in table order are in position order within a doc, and each one's spans are sorted.
+    decoded.sort(key=lambda item: item[0])
+    doc_of = docs.tolist()
+    for first, spans in decoded:
+        out[doc_of[first]].extend(spans)
     return out
 
 
