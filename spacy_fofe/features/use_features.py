@@ -31,8 +31,8 @@ ships the projected rows of its training words and of its language's most freque
 language), so those cost a lookup from its first doc on.
 With `sentence`, the doc's vector is USE's pooling head over its words' pieces, each word's pieces as
 the CNN makes them in the word alone: close to the package's own sentence vector (whose CNN also reads
-across the words), made from each word's share of it, kept with the word's projected row (513 numbers
-more), and a small product per doc.
+across the words), made from each word's share of it, kept with the word's projected row (512 numbers
+more, as 8-bit integers with a scale), and a small product per doc.
 """
 
 import importlib.resources
@@ -61,9 +61,9 @@ _CHUNK_TOKENS = 500
 # Words whose pieces (or projected USE rows) are remembered; past this the memo starts afresh, so a
 # long-running process that sees ever more word forms does not grow without bound.
 _MAX_KNOWN_WORDS = 1_000_000
-# The numbers a word's projected row holds for its doc's sentence vector (contextual="word" with
-# sentence): its pieces' features times the pooling head's first weights, and its number of pieces.
-_HEAD_COLUMNS = 512 + 1
+# The numbers a word's share of its doc's sentence vector has (contextual="word" with sentence): its
+# pieces' features times the pooling head's first weights; a row also keeps its number of pieces.
+_SHARE_COLUMNS = 512
 # Words whose features (contextual="word", 2.5 kB each) are kept for training (its words, and the
 # language's frequent words a saved pipeline ships); and words per encoder pass.
 _MAX_WORD_FEATURES = 300_000
@@ -90,8 +90,8 @@ def USEFeatures(width: int = 64, contextual: Union[bool, str] = True, dropout: f
     projected to `width` by a trained layer. contextual: true, the CNN over the doc's pieces; "word",
     the CNN over each word's pieces alone (the doc's vector too); false, the pieces' embedding rows
     only. frequent_words: with "word", how many of the language's most frequent words not among its
-    training words a saved pipeline ships rows for (`width` float16 numbers each, 513 more with
-    `sentence`)."""
+    training words a saved pipeline ships rows for (`width` float16 numbers each; with `sentence`, 520
+    bytes more)."""
     if width < 1:
         raise ValueError(f"spacy_fofe.USEFeatures.v1: width must be at least 1, got {width}")
     if frequent_words < 0:
@@ -204,8 +204,8 @@ class _RowIndex:
 
 class _ProjectedWords:
     """Words' USE features with the CNN run over each word alone (`contextual="word"`) times the
-    projection's weights, kept as float16: they do not depend on a word's context, so each word's are
-    computed once, when it is first seen, and all are dropped when the weights change. The words seen
+    projection's weights, kept as rows of `_row_dtype`: they do not depend on a word's context, so each
+    word's are computed once, when it is first seen, and all are dropped when the weights change. The words seen
     in training are counted, and a saved pipeline ships the rows of the most frequent of them
     (`_MAX_SHIPPED_WORDS`), then of its language's most frequent other words (the layer's
     `frequent_words`), so that text in its language costs fewer encoder runs on its first pass."""
@@ -215,8 +215,8 @@ class _ProjectedWords:
         self.slots = _RowIndex()  # ORTH id -> its row: in `base`, or len(base) + its row in `rows`
         # The shipped words' rows as loaded (not copied: a pipeline's load holds no second copy of them),
         # and the rows computed since, `n_new` of them filled.
-        self.base = numpy.zeros((0, 0), dtype=numpy.float16)
-        self.rows = numpy.zeros((0, 0), dtype=numpy.float16)
+        self.base = numpy.zeros(0, dtype=_row_dtype(0, False))
+        self.rows = numpy.zeros(0, dtype=_row_dtype(0, False))
         self.n_new = 0
         self.shipped: List[int] = []  # the ORTH ids of the rows of `base`, those loaded with the pipeline
         self.counts: Dict[int, int] = {}  # words seen in training (ORTH id -> tokens) and their texts
@@ -239,14 +239,14 @@ class _ProjectedWords:
 
     def lookup(self, weights: numpy.ndarray, orths: numpy.ndarray, strings, keep: bool = False,
                sentence: bool = False) -> numpy.ndarray:
-        """The features of the words `orths` (distinct ORTH ids; `strings[orth]` their texts) times
-        `weights.T`, as float16; with `sentence`, followed by their `_head_rows`; with `keep`, the
-        features computed are kept for training's next save."""
-        n_columns = len(weights) + (_HEAD_COLUMNS if sentence else 0)
-        if not numpy.array_equal(self.weights, weights) or self.rows.shape[1] != n_columns:
+        """The rows (`_row_dtype`) of the words `orths` (distinct ORTH ids; `strings[orth]` their texts):
+        their features times `weights.T`, and with `sentence` their share of their doc's vector
+        (`_head_rows`); with `keep`, the features computed are kept for training's next save."""
+        dtype = _row_dtype(len(weights), sentence)
+        if not numpy.array_equal(self.weights, weights) or self.rows.dtype != dtype:
             self.weights, self.slots, self.shipped, self.n_new = weights.copy(), _RowIndex(), [], 0
-            self.base = numpy.zeros((0, n_columns), dtype=numpy.float16)
-            self.rows = numpy.zeros((1024, n_columns), dtype=numpy.float16)
+            self.base = numpy.zeros(0, dtype=dtype)
+            self.rows = numpy.zeros(1024, dtype=dtype)
         elif len(self.slots) + len(orths) > (_MAX_WORD_FEATURES if sentence else _MAX_KNOWN_WORDS):
             self.slots = _RowIndex(self.shipped)  # start afresh from the shipped rows
             self.n_new = 0
@@ -259,10 +259,10 @@ class _ProjectedWords:
             for start in range(0, len(new), _WORDS_PER_PROJECTION):
                 block_texts = texts[start:start + _WORDS_PER_PROJECTION]
                 block = _word_features16(block_texts, keep).astype(numpy.float32)
-                rows = block @ weights.T
+                rows = self.rows[self.n_new + start:self.n_new + start + len(block)]
+                rows["projected"] = block @ weights.T
                 if sentence:
-                    rows = numpy.concatenate([rows, _head_rows(block, block_texts)], axis=1)
-                self.rows[self.n_new + start:self.n_new + start + len(block)] = rows
+                    _put_shares(rows, _head_rows(block, block_texts))
             index[new] = numpy.arange(first, first + len(new))
             self.slots.add(orths[new], index[new])
             self.n_new += len(new)
@@ -276,7 +276,7 @@ class _ProjectedWords:
             return self.base[index]
         if not shipped.any():
             return self.rows[index - n_base]
-        out = numpy.empty((len(index), self.rows.shape[1]), dtype=self.rows.dtype)
+        out = numpy.empty(len(index), dtype=self.rows.dtype)
         out[shipped] = self.base[index[shipped]]
         out[~shipped] = self.rows[index[~shipped] - n_base]
         return out
@@ -319,10 +319,52 @@ class _ProjectedWords:
             words.frequent = list(msg.get("frequent", []))
             shipped = orths + [hash_string(text) for text in words.frequent]
             # The shipped rows as loaded, and room for a first pass's new words beside them.
-            words.weights, words.base = msg["weights"].copy(), msg["rows"]
-            words.rows = numpy.zeros((_LOADED_ROOM, words.base.shape[1]), dtype=words.base.dtype)
+            words.weights, words.base = msg["weights"].copy(), _rows_of(msg["rows"], len(msg["weights"]))
+            words.rows = numpy.zeros(_LOADED_ROOM, dtype=words.base.dtype)
             words.shipped, words.slots = shipped, _RowIndex(shipped)
         return words
+
+
+def _row_dtype(width: int, sentence: bool) -> numpy.dtype:
+    """A word's row: its projected features (float16); with `sentence`, also its number of pieces and its
+    share of its doc's sentence vector as 8-bit integers times a scale, a quarter of float32's bytes (the
+    shares of a doc's words are summed before the pooling head, which rounding to 1/254 of a row's largest
+    share leaves as good as unchanged)."""
+    fields = [("projected", numpy.float16, (width,))]
+    if sentence:
+        fields += [("pieces", numpy.float32), ("scale", numpy.float32), ("shares", numpy.int8, (_SHARE_COLUMNS,))]
+    return numpy.dtype(fields)
+
+
+def _put_shares(rows: numpy.ndarray, head_rows: numpy.ndarray) -> None:
+    """Write `_head_rows` (shares, then the number of pieces) into `rows`, the shares as 8-bit integers."""
+    shares = head_rows[:, :-1]
+    scale = numpy.abs(shares).max(axis=1) / 127
+    scale[scale == 0] = 1.0
+    rows["pieces"], rows["scale"] = head_rows[:, -1], scale
+    rows["shares"] = numpy.rint(shares / scale[:, None])
+
+
+def _shares_of(rows: numpy.ndarray) -> numpy.ndarray:
+    """The float32 `_head_rows` of rows written by `_put_shares`."""
+    out = numpy.empty((len(rows), _SHARE_COLUMNS + 1), dtype=numpy.float32)
+    numpy.multiply(rows["shares"], rows["scale"][:, None], out=out[:, :-1])
+    out[:, -1] = rows["pieces"]
+    return out
+
+
+def _rows_of(saved: numpy.ndarray, width: int) -> numpy.ndarray:
+    """Saved rows as `_row_dtype`: as they are, or those of a pipeline saved with float16 columns (the
+    projected features, then with the sentence vector the shares and the number of pieces) converted."""
+    if saved.dtype.names is not None:
+        return saved
+    sentence = saved.shape[1] > width
+    rows = numpy.zeros(len(saved), dtype=_row_dtype(width, sentence))
+    rows["projected"] = saved[:, :width]
+    for start in range(0, len(rows) if sentence else 0, _WORDS_PER_PROJECTION):  # a few MB of float32 at a time
+        _put_shares(rows[start:start + _WORDS_PER_PROJECTION],
+                    saved[start:start + _WORDS_PER_PROJECTION, width:].astype(numpy.float32))
+    return rows
 
 
 def _frequent_words(lang: str, n: int, exclude: set) -> List[str]:
@@ -353,7 +395,7 @@ def _with_room(rows: numpy.ndarray, n_rows: int, n_new: int) -> numpy.ndarray:
     """`rows` (its first `n_rows` filled) with room for `n_new` more: the same array, or one twice as long."""
     if n_rows + n_new <= len(rows):
         return rows
-    grown = numpy.zeros((max(2 * len(rows), n_rows + n_new), rows.shape[1]), dtype=rows.dtype)
+    grown = numpy.zeros((max(2 * len(rows), n_rows + n_new),) + rows.shape[1:], dtype=rows.dtype)
     grown[:n_rows] = rows[:n_rows]
     return grown
 
@@ -365,17 +407,17 @@ def _project_words(model: Model, docs: List[Doc]) -> List[Floats2d]:
     weights, bias = _projection_weights(model)
     sentence = model.layers[0].attrs["sentence"]
     orths, word_of_token = numpy.unique(numpy.concatenate([doc.to_array(ORTH) for doc in docs]), return_inverse=True)
-    projected = model.attrs["projected_words"].lookup(weights, orths, docs[0].vocab.strings, sentence=sentence)
-    word_of_token, width = word_of_token.reshape(-1), len(bias)
+    rows = model.attrs["projected_words"].lookup(weights, orths, docs[0].vocab.strings, sentence=sentence)
+    word_of_token = word_of_token.reshape(-1)
     if not sentence:
-        return _token_rows(model, docs, projected[word_of_token], None, bias)
+        return _token_rows(model, docs, rows["projected"][word_of_token], None, bias)
     # Each doc's vector from the sum of its words' shares, projected by the weights of the vector's columns;
     # a token's row and its share are read apart, so that neither is copied with the other. The shares are
     # made float32 once per distinct word, before each token reads its word's.
-    shares = projected[:, width:].astype(numpy.float32)[word_of_token]
+    shares = _shares_of(rows)[word_of_token]
     vectors = _word_sentence_vectors(_sum_rows(shares, _doc_lengths(docs)))
     doc_weights = model.ops.to_numpy(model.get_ref("linear").get_param("W"))[:, 1280:]
-    return _token_rows(model, docs, projected[:, :width][word_of_token], vectors @ doc_weights.T, bias)
+    return _token_rows(model, docs, rows["projected"][word_of_token], vectors @ doc_weights.T, bias)
 
 
 def _project_pieces(model: Model, docs: List[Doc]) -> List[Floats2d]:
@@ -558,7 +600,7 @@ def _word_features(docs: Sequence[Sequence[str]], sentence: bool) -> List[numpy.
 def _head_rows(features: numpy.ndarray, words: List[str]) -> numpy.ndarray:
     """Each word's share of its doc's sentence vector, from its features with the CNN over the word
     alone: the sum of its pieces' features (their mean times their number) times the pooling head's
-    first weights, then its number of pieces (`_HEAD_COLUMNS` columns)."""
+    first weights, then its number of pieces (`_SHARE_COLUMNS` + 1 columns)."""
     encoder = _load_encoder()
     counts = numpy.fromiter(map(len, _pieces(encoder, words)), dtype=numpy.float32, count=len(words))[:, None]
     return numpy.concatenate([(features @ encoder["weights"].cnn_W) * counts, counts], axis=1)
