@@ -101,3 +101,17 @@ def test_bad_settings_are_clear_errors(attrs, rate, message):
     with pytest.raises(ValueError, match=message):
         WordDropoutHashEmbed(width=8, attrs=attrs, rows=[10] * len(attrs), include_static_vectors=False,
                              word_dropout=rate)
+
+
+def test_known_ids_are_found_as_numpy_isin_finds_them():
+    from spacy_fofe.features.word_dropout import _sorted_contains
+
+    rng = numpy.random.default_rng(0)
+    known = numpy.union1d(rng.integers(0, 2**64 - 1, size=1000, dtype=numpy.uint64),
+                          numpy.asarray([0, 2**64 - 1], dtype=numpy.uint64))
+    words = numpy.concatenate([rng.choice(known, size=(50, 3)), numpy.asarray([[0, 2**64 - 1, 5]], dtype=numpy.uint64),
+                               rng.integers(0, 2**64 - 1, size=(50, 3), dtype=numpy.uint64)])
+    found = _sorted_contains(known, words)
+    numpy.testing.assert_array_equal(found, numpy.isin(words, known))
+    assert found[:50].all() and found[50].tolist() == [True, True, False] and not found[51:].any()
+    assert not _sorted_contains(known[:0], words).any()

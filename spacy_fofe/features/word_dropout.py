@@ -82,6 +82,15 @@ def word_dropout_layer(columns: Sequence[int], rate: float) -> Model[List[Ints2d
     return Model("word_dropout", _forward, init=_init, attrs=attrs)
 
 
+def _sorted_contains(table: numpy.ndarray, values: numpy.ndarray) -> numpy.ndarray:
+    """Whether each of `values` is in `table` (sorted, as union1d leaves it): a binary search per value,
+    where numpy.isin would hash the whole table at every batch."""
+    if table.size == 0:
+        return numpy.zeros(values.shape, dtype=bool)
+    at = numpy.minimum(numpy.searchsorted(table, values), table.size - 1)
+    return table[at] == values
+
+
 def _init(model: Model, X=None, Y=None) -> None:
     """A new model has seen no words yet."""
     model.attrs["known"] = numpy.zeros((0,), dtype="uint64")
@@ -101,7 +110,7 @@ def _forward(model: Model, features: List[Ints2d], is_train: bool):
         # whole tokens lose all their word columns together
         unknown = numpy.random.uniform(size=(len(words), 1)) < rate
     else:
-        unknown = ~numpy.isin(words, known)
+        unknown = ~_sorted_contains(known, words)
     flat[:, columns] = numpy.where(unknown, UNKNOWN_ID, words)
     out = flat if on_host else model.ops.asarray(flat)  # back where the extractor left them
     split = numpy.split if on_host else model.ops.xp.split
