@@ -136,6 +136,30 @@ def test_long_docs_are_scored_in_windows_with_the_scores_of_the_whole_doc(traine
     assert predicted(trained(doc.copy())) == spans_whole
 
 
+def test_a_cpu_scores_a_batch_in_runs_of_docs_with_the_scores_of_one_pass(trained, monkeypatch):
+    from thinc.api import NumpyOps
+
+    from spacy_fofe.pipeline import component
+
+    ner = trained.get_pipe("fofe_ner")
+    docs = [trained.make_doc(text) for text, _ in NESTED * 5] + [trained.make_doc(""), trained.make_doc("Ann")]
+    assert ner._runs(docs) == [0, len(docs)]  # under CPU_RUN_TOKENS: one pass
+    fragments, whole = ner.predict(docs)
+    monkeypatch.setattr(component, "CPU_RUN_TOKENS", 10)
+    runs = ner._runs(docs)
+    lengths = [len(doc) for doc in docs]
+    assert runs[0] == 0 and runs[-1] == len(docs) and len(runs) > 5
+    # Each run starts where the tokens before it pass a multiple of CPU_RUN_TOKENS.
+    assert all(sum(lengths[:a]) // 10 < sum(lengths[:b]) // 10 for a, b in zip(runs[:-2], runs[1:-1]))
+    assert all(sum(lengths[a:b]) < 10 + max(lengths[a:b]) for a, b in zip(runs, runs[1:]))
+    in_runs, scores = ner.predict(docs)
+    numpy.testing.assert_array_equal(in_runs, fragments)
+    numpy.testing.assert_allclose(scores, whole, atol=1e-5)
+    # On a GPU, where each array call is a kernel launch, the batch is one pass.
+    monkeypatch.setattr(ner.model, "ops", NumpyOps(device_type="gpu"))
+    assert ner._runs(docs) == [0, len(docs)]
+
+
 def test_pipe_with_two_processes_and_mixed_batches(trained):
     texts = ["", "Ann Lee lives in Toronto .", " ", "Bob visited Paris and Toronto ."] * 3
     single = [predicted(d) for d in trained.pipe(texts, batch_size=1)]

@@ -70,6 +70,10 @@ LONGEST = 16
 UNSEEN_LENGTH = 7  # n when the training data has no spans (labels given, a teacher's targets alone)
 # Longer docs are scored in windows of this many tokens (plus context), so memory stays bounded.
 WINDOW_TOKENS = 8192
+# On a CPU, a batch's docs are scored in runs of about this many tokens: a pass holds a few kB of
+# position codes per token, which for nlp.pipe's 1,000 docs would be the process's peak memory, while
+# a run's arrays stay near the cache. A GPU scores the batch in one pass (each array call is a launch).
+CPU_RUN_TOKENS = 4096
 # What a window doc copies from its doc besides the words: the token attributes a tok2vec may read
 # that are not the lexeme's own (those come with the words).
 WINDOW_ATTRS = ["NORM", "LEMMA", "TAG", "POS", "MORPH", "SENT_START"]
@@ -168,8 +172,9 @@ class FOFENER(TrainablePipe):
         A doc longer than WINDOW_TOKENS is scored window by window, each with the context
         the model reads around it (`model.context_tokens`), so memory stays bounded
         and the scores are those of the whole doc (but for a USE sentence vector and a
-        DocumentMemory: the window's). Not with a listener tok2vec: the upstream
-        component's output belongs to the whole doc.
+        DocumentMemory: the window's); on a CPU, the docs are scored in runs of about
+        CPU_RUN_TOKENS tokens, for the same reason. Neither with a listener tok2vec: the
+        upstream component's output belongs to the whole batch.
         """
         self._require_initialized()
         docs = list(docs)
@@ -177,8 +182,31 @@ class FOFENER(TrainablePipe):
         if len(fragments) == 0:
             return fragments, numpy.zeros((0, len(self.labels) + 1), dtype="float32")
         margin = self._window_margin()
-        if margin is None or all(len(doc) <= WINDOW_TOKENS for doc in docs):
+        if margin is None:
             return fragments, self.model.ops.to_numpy(self.model.predict((docs, fragments)))
+        runs = self._runs(docs)
+        if len(runs) == 1:
+            return fragments, self._scores(docs, fragments, margin)
+        scores = numpy.zeros((len(fragments), len(self.labels) + 1), dtype="float32")
+        doc_rows = numpy.searchsorted(fragments[:, 0], runs)
+        for first, last, lo, hi in zip(runs, runs[1:], doc_rows, doc_rows[1:]):
+            if hi > lo:
+                scores[lo:hi] = self._scores(docs[first:last], fragments[lo:hi] - numpy.asarray([first, 0, 0]), margin)
+        return fragments, scores
+
+    def _runs(self, docs: List[Doc]) -> List[int]:
+        """The first doc of each run of docs scored in one pass, and len(docs): on a CPU, a run ends
+        where its docs pass CPU_RUN_TOKENS tokens; elsewhere, the batch is one run."""
+        if self.model.ops.device_type != "cpu":
+            return [0, len(docs)]
+        lengths = numpy.fromiter(map(len, docs), dtype="int64", count=len(docs))
+        run_of = (numpy.cumsum(lengths) - lengths) // CPU_RUN_TOKENS  # by where each doc starts
+        return [0] + (numpy.flatnonzero(numpy.diff(run_of)) + 1).tolist() + [len(docs)]
+
+    def _scores(self, docs: List[Doc], fragments: numpy.ndarray, margin: int) -> numpy.ndarray:
+        """`predict`'s scores of `fragments` (of `docs`): in one pass, or a long doc window by window."""
+        if all(len(doc) <= WINDOW_TOKENS for doc in docs):
+            return self.model.ops.to_numpy(self.model.predict((docs, fragments)))
         scores = numpy.zeros((len(fragments), len(self.labels) + 1), dtype="float32")
         doc_rows = numpy.searchsorted(fragments[:, 0], numpy.arange(len(docs) + 1))
         short = [i for i, doc in enumerate(docs) if len(doc) <= WINDOW_TOKENS]
@@ -199,7 +227,7 @@ class FOFENER(TrainablePipe):
                 local = fragments[lo:hi] - numpy.asarray([i, first, first])
                 window = _window_doc(doc, first, last, token_attrs)
                 scores[lo:hi] = self.model.ops.to_numpy(self.model.predict(([window], local)))
-        return fragments, scores
+        return scores
 
     def _fragments(self, docs: List[Doc]) -> numpy.ndarray:
         """Every fragment of up to max_length tokens; when the model's codes stop at sentence
