@@ -921,6 +921,18 @@ def test_errors_section_of_flat_data_has_one_level():
     assert "| LOC | 100.00 | 75.00 | 85.71 | 100.00 | - |" in text
 
 
+def test_results_machine_names_the_cpu_by_name_family_and_model(tmp_path):
+    results = load_benchmark_script("results")
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n"
+                       "model name\t: Intel(R) Xeon(R) Platinum 8480C\nstepping\t: 8\n\nprocessor\t: 1\n"
+                       "cpu family\t: 6\nmodel\t\t: 143\nmodel name\t: Intel(R) Xeon(R) Platinum 8480C\n")
+    assert results.cpu_name(cpuinfo) == "Intel(R) Xeon(R) Platinum 8480C (family 6, model 143)"
+    cpuinfo.write_text("processor\t: 0\nBogoMIPS\t: 50.00\n")  # no name there (some ARM kernels)
+    assert results.cpu_name(cpuinfo) == results.cpu_name(tmp_path / "missing")
+    assert f", {results.cpu_name()}, " in results.machine() or not results.cpu_name()
+
+
 def test_results_commit_is_marked_changed_by_code_edits_not_by_the_results_file(tmp_path, monkeypatch):
     results = load_benchmark_script("results")
     repo = tmp_path / "repo"

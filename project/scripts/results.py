@@ -28,7 +28,23 @@ def machine() -> str:
     if hasattr(os, "sysconf") and "SC_PHYS_PAGES" in os.sysconf_names:
         memory = f", {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB"
     python = platform.python_version()
-    return f"{platform.machine()} {platform.system()}, {os.cpu_count()} CPUs{memory}, Python {python}"
+    cpu = cpu_name()
+    return (f"{platform.machine()} {platform.system()}, {cpu + ', ' if cpu else ''}{os.cpu_count()} CPUs{memory}, "
+            f"Python {python}")
+
+
+def cpu_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU as Linux's /proc/cpuinfo names it, with its family and model numbers (a virtual machine may
+    name different CPUs alike, and speed ratios between systems depend on the CPU); elsewhere, Python's name."""
+    try:
+        fields = dict(re.findall(r"^(model name|cpu family|model)\s*:\s*(.*?)\s*$",
+                                 cpuinfo.read_text(), re.M))
+    except OSError:
+        return platform.processor()
+    if "model name" not in fields:
+        return platform.processor()
+    numbers = f" (family {fields['cpu family']}, model {fields['model']})" if "cpu family" in fields else ""
+    return fields["model name"] + numbers
 
 
 def commit() -> str:
