@@ -185,12 +185,19 @@ def language_table(lang: str, table: str) -> Optional[dict]:
     return load_language_data(registry.lookups.get(lang)[table])
 
 
+def positions_in(keys: numpy.ndarray, queries: numpy.ndarray) -> numpy.ndarray:
+    """Where each query is in the sorted `keys`, -1 where they lack it: one binary search per query, never a
+    pass over all the keys."""
+    if len(keys) == 0:
+        return numpy.full(queries.shape, -1, dtype="int64")
+    index = numpy.minimum(numpy.searchsorted(keys, queries), len(keys) - 1)
+    return numpy.where(keys[index] == queries, index, -1)
+
+
 def lookup_values(keys: numpy.ndarray, values: numpy.ndarray, queries: numpy.ndarray) -> numpy.ndarray:
     """The value of each query hash in a sorted table, MISSING where the table lacks it."""
-    if len(keys) == 0:
-        return numpy.full(queries.shape, MISSING, dtype="int32")
-    index = numpy.minimum(numpy.searchsorted(keys, queries), len(keys) - 1)
-    return numpy.where(keys[index] == queries, values[index], MISSING).astype("int32")
+    index = positions_in(keys, queries)
+    return numpy.where(index >= 0, values[index] if len(values) else MISSING, MISSING).astype("int32")
 
 
 def cluster_prefixes(clusters: numpy.ndarray, bits: Sequence[int]) -> List[numpy.ndarray]:

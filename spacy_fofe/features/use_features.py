@@ -49,7 +49,7 @@ from thinc.api import Dropout, Linear, Model, NumpyOps, deserialize_attr, serial
 from thinc.api import chain as chain_layers
 from thinc.types import Floats2d
 
-from .lexeme_tables import language_table
+from .lexeme_tables import language_table, positions_in
 
 _BOS, _EOS, _UNKNOWN = 1, 2, 0
 # Per-doc features kept while training (float16, 2.5 kB a token with the CNN, 3.5 kB with sentence):
@@ -187,11 +187,8 @@ class _RowIndex:
 
     def find(self, orths: numpy.ndarray) -> numpy.ndarray:
         """The rows of `orths` (uint64 ids), -1 for an id not in the index."""
-        orths = numpy.asarray(orths, dtype=numpy.uint64)
-        if not len(self.orths):
-            return numpy.full(len(orths), -1, dtype=numpy.int64)
-        at = numpy.minimum(numpy.searchsorted(self.orths, orths), len(self.orths) - 1)
-        return numpy.where(self.orths[at] == orths, self.rows[at], -1)
+        at = positions_in(self.orths, numpy.asarray(orths, dtype=numpy.uint64))
+        return numpy.where(at >= 0, self.rows[at] if len(self.rows) else -1, -1)
 
     def add(self, orths: numpy.ndarray, rows: numpy.ndarray) -> None:
         """Index the distinct ids `orths`, none of them in the index yet, at `rows`."""

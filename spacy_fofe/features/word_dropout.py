@@ -28,6 +28,7 @@ from spacy.util import registry
 from thinc.api import HashEmbed, Maxout, Model, chain, concatenate, list2ragged, ragged2list, with_array
 from thinc.types import Floats2d, Ints2d
 
+from .lexeme_tables import positions_in
 from .rows_once import TokenIds, embed_rows_once, host_ids
 
 WORD_ATTRS = ("ORTH", "NORM", "LOWER")
@@ -85,10 +86,7 @@ def word_dropout_layer(columns: Sequence[int], rate: float) -> Model[List[Ints2d
 def _sorted_contains(table: numpy.ndarray, values: numpy.ndarray) -> numpy.ndarray:
     """Whether each of `values` is in `table` (sorted, as union1d leaves it): a binary search per value,
     where numpy.isin would hash the whole table at every batch."""
-    if table.size == 0:
-        return numpy.zeros(values.shape, dtype=bool)
-    at = numpy.minimum(numpy.searchsorted(table, values), table.size - 1)
-    return table[at] == values
+    return positions_in(table, values) >= 0
 
 
 def _init(model: Model, X=None, Y=None) -> None:

@@ -33,6 +33,10 @@ class Level(NamedTuple):
     def passes(self, candidate: Candidate) -> bool:
         return candidate.score >= self.label_thresholds.get(candidate.label, self.threshold)
 
+    def thresholds(self, labels: Sequence[str]) -> numpy.ndarray:
+        """Each label's threshold, in the order of `labels`: what `passes` compares a score with."""
+        return numpy.asarray([self.label_thresholds.get(label, self.threshold) for label in labels], dtype="float64")
+
 
 def _by_score(candidate: Candidate):
     # Ties go to the earlier, then the longer fragment, so results do not depend on input order.
@@ -235,8 +239,7 @@ def decode_batch(table: CandidateTable, levels: Sequence[Level]) -> List[List[Tu
     it, and without it its neighbours may fall into clusters of their own."""
     _check(levels)
     out: List[List[Tuple[Candidate, int]]] = [[] for _ in range(table.n_docs)]
-    lowest = numpy.asarray([min(level.label_thresholds.get(label, level.threshold) for level in levels)
-                            for label in table.labels], dtype="float64")
+    lowest = numpy.min([level.thresholds(table.labels) for level in levels], axis=0)
     rows = numpy.flatnonzero(table.scores >= lowest[table.label_ids]) if len(table.scores) else []
     if len(rows) == 0:
         return out
@@ -249,11 +252,8 @@ def decode_batch(table: CandidateTable, levels: Sequence[Level]) -> List[List[Tu
     opens[1:] = offset[1:] + starts[1:] >= reach[:-1]
     firsts = numpy.flatnonzero(opens)
     sizes = numpy.diff(numpy.append(firsts, len(rows)))
-    outer = levels[0]
-    thresholds = numpy.asarray([outer.label_thresholds.get(label, outer.threshold) for label in table.labels],
-                               dtype="float64")
     alone = firsts[sizes == 1]
-    alone = alone[table.scores[rows[alone]] >= thresholds[table.label_ids[rows[alone]]]]
+    alone = alone[table.scores[rows[alone]] >= levels[0].thresholds(table.labels)[table.label_ids[rows[alone]]]]
     decoded = [(first, [(candidate, 0)]) for first, candidate in zip(alone.tolist(), table.made(rows[alone]))]
     shared = sizes > 1
     in_shared = numpy.repeat(shared, sizes)
