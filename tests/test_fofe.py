@@ -2,6 +2,7 @@
 
 import numpy
 import pytest
+from thinc.api import NumpyOps
 
 from spacy_fofe.ml import fofe
 
@@ -304,3 +305,42 @@ def test_fragment_grid_backward_is_the_adjoint_and_gives_the_decay_gradient(plac
         numpy.testing.assert_allclose(d_decay, -(g * raw).sum(axis=2), rtol=1e-5, atol=1e-5)
     else:
         assert d_decay is None
+
+
+@pytest.mark.parametrize("alpha", [0.5, 0.8, 0.95])
+def test_char_codes_from_words_equal_those_of_the_characters(alpha):
+    """Texts spelled from distinct words and trailing spaces: the codes from each word's own codes and a
+    scan over tokens are the character scan's, at every token, for every text."""
+    rng = numpy.random.default_rng(4)
+    word_lengths = rng.integers(1, 12, size=30)
+    word_chars = rng.normal(size=(int(word_lengths.sum()), 3)).astype("float32")
+    space = rng.normal(size=(3,)).astype("float32")
+    word_starts = numpy.cumsum(word_lengths) - word_lengths
+    lengths = numpy.asarray([1, 7, 0, 150, 2])  # tokens per text; 150 reaches past the scans' cut
+    word_of_token = rng.integers(0, 30, size=int(lengths.sum()))
+    spaces = rng.integers(0, 2, size=len(word_of_token))
+    chars, starts, ends, text_lengths, offset = [], [], [], [], 0
+    for text in numpy.split(numpy.arange(len(word_of_token)), numpy.cumsum(lengths)[:-1]):
+        text_start = offset
+        for t in text:
+            w = word_of_token[t]
+            starts.append(offset)
+            chars.extend(word_chars[word_starts[w]: word_starts[w] + word_lengths[w]])
+            offset += word_lengths[w]
+            ends.append(offset)
+            if spaces[t]:
+                chars.append(space)
+                offset += 1
+        text_lengths.append(offset - text_start)
+    expected = fofe.char_boundary_codes(numpy.asarray(chars), numpy.asarray(text_lengths), numpy.asarray(starts),
+                                        numpy.asarray(ends), alpha)
+    sum_rows = NumpyOps().reduce_sum
+    lr_words, rl_words = fofe.word_codes(word_chars, word_lengths, alpha, sum_rows)
+    for w in range(30):
+        own = word_chars[word_starts[w]: word_starts[w] + word_lengths[w]]
+        numpy.testing.assert_allclose(lr_words[w], naive_prefix(own, alpha)[-1], rtol=1e-5, atol=1e-6)
+        numpy.testing.assert_allclose(rl_words[w], naive_prefix(own[::-1], alpha)[-1], rtol=1e-5, atol=1e-6)
+    found = fofe.word_char_boundary_codes(lr_words, rl_words, word_lengths, word_of_token, spaces, lengths, space,
+                                          alpha)
+    for got, codes in zip(found, expected):
+        numpy.testing.assert_allclose(got, codes, rtol=1e-4, atol=1e-5)

@@ -18,6 +18,8 @@ from spacy_fofe.ml.fofe import (
     fragment_grid_backward,
     prefix_fofe,
     prefix_fofe_backward,
+    word_char_boundary_codes,
+    word_codes,
 )
 
 from helpers import (
@@ -72,6 +74,18 @@ def test_fofe_operations_on_gpu_equal_numpy(gpu_ops):
     for gpu, cpu in zip(char_boundary_codes(*on_gpu, 0.8), char_boundary_codes(chars, char_lengths, starts, ends, 0.8)):
         assert_same(gpu, cpu)
     assert_same(char_decay(on_gpu[2], on_gpu[3], 3, 0.8, 1, 5), char_decay(starts, ends, 3, 0.8, 1, 5))
+    # predictions' character codes, from each distinct word's
+    word_lengths, word_chars = numpy.asarray([3, 1, 5], dtype="int64"), rng.normal(size=(9, 3)).astype("float32")
+    tokens = [numpy.asarray(a, dtype="int64") for a in ([0, 2, 1, 2, 0], [1, 0, 1, 1, 0], [2, 3])]
+    space = rng.normal(size=(3,)).astype("float32")
+    cpu_words = word_codes(word_chars, word_lengths, 0.8, NumpyOps().reduce_sum)
+    gpu_words = word_codes(gpu_ops.asarray(word_chars), gpu_ops.asarray(word_lengths), 0.8, gpu_ops.reduce_sum)
+    for gpu, cpu in zip(gpu_words, cpu_words):
+        assert_same(gpu, cpu)
+    on_gpu = word_char_boundary_codes(*gpu_words, gpu_ops.asarray(word_lengths), *map(gpu_ops.asarray, tokens),
+                                      gpu_ops.asarray(space), 0.8)
+    for gpu, cpu in zip(on_gpu, word_char_boundary_codes(*cpu_words, word_lengths, *tokens, space, 0.8)):
+        assert_same(gpu, cpu)
 
 
 def assert_gpu_scores_like_cpu(cpu_nlp, path, texts):

@@ -271,6 +271,35 @@ def test_doc_characters_match_the_texts(by_sentence):
         assert got.tolist() == list(expected)
 
 
+@pytest.mark.parametrize("by_sentence", [False, True])
+def test_character_codes_of_predictions_are_those_of_training(by_sentence):
+    """Predictions make the character codes from each distinct word's (doc_words); training scans every
+    character of the text (doc_characters): the same codes and character offsets, on any text."""
+    from spacy_fofe.ml.position_codes import CharFOFECodes
+
+    vocab = spacy.blank("de").vocab
+    docs = [Doc(vocab, words=[]),
+            Doc(vocab, words=["Ein", "Bär", "in", "München", "."], spaces=[True, True, True, False, False],
+                sent_starts=[True, False, True, False, False]),
+            Doc(vocab, words=["\n", "Straße", "🙂", "  ", "Bär", "straße"],
+                spaces=[False, True, False, False, True, True]),
+            Doc(vocab, words=["Nur", "hier", ".", "Da"], sent_starts=[None, False, None, True]),
+            Doc(vocab, words=["x"] * 300, spaces=[False] * 300),  # one long word's characters, by token
+            Doc(vocab, words=["x"], spaces=[False])]
+    for alpha in (0.5, 0.8):
+        model = CharFOFECodes(nO=8, nV=64, alpha=alpha, stop_at_sentences=by_sentence)
+        model.initialize()
+        for batch in (docs, docs[1:2], docs[:1]):
+            trained, _ = model(batch, is_train=True)
+            predicted = model.predict(batch)
+            assert set(predicted.arrays) == set(trained.arrays)
+            for name, codes in trained.arrays.items():
+                numpy.testing.assert_allclose(predicted.arrays[name], codes, rtol=1e-4, atol=1e-5)
+            for got, expected in zip(predicted.char_bounds, trained.char_bounds):
+                assert got.tolist() == expected.tolist()
+            assert predicted.lengths.tolist() == trained.lengths.tolist()
+
+
 def test_sentence_lengths_of_a_batch_are_its_docs_sentences():
     from spacy_fofe.ml.position_codes import sentence_lengths, sentence_start_flags
 

@@ -9,7 +9,7 @@ so the grids are built from shifted slices of (N, width) arrays, never from copi
 each fragment's rows and never from a (fragments x rows) matrix.
 """
 
-from typing import Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import numpy
 from thinc.api import get_array_module
@@ -311,6 +311,77 @@ def char_boundary_codes(
     first, last, before, after = _char_boundary_indices(
         from_start, to_end, token_starts, token_ends, char_vectors.shape[0])
     return _rows_or_zeros(lr, last), _rows_or_zeros(lr, before), _rows_or_zeros(rl, first), _rows_or_zeros(rl, after)
+
+
+def word_char_boundary_codes(
+    lr_words: Floats2d, rl_words: Floats2d, word_lengths: Ints1d, word_of_token: Ints1d, spaces: Ints1d,
+    lengths: Ints1d, space: Floats1d, alpha: float
+) -> Tuple[Floats2d, Floats2d, Floats2d, Floats2d]:
+    """`char_boundary_codes` of texts that are their tokens' words, each followed by a space where `spaces`
+    (0 or 1 per token) says, from each distinct word's own codes: predictions' way, a scan over tokens
+    instead of one over every character of the text (the same codes, up to float rounding and terms below
+    NEGLIGIBLE).
+
+    lr_words, rl_words: each distinct word's code at its last character, left to right, and at its first,
+    right to left, of its characters alone (`word_codes`); word_lengths: its characters (at least one, as
+    a spaCy token has); word_of_token:
+    each token's word; lengths: tokens per text; space: the space character's vector. A token's code at
+    its last character is its word's code plus alpha ** (its characters) times the code before it, and
+    the code before the next token adds the space; so, with c the code at the end of a token and its
+    space, c_t = a_t + b_t * c_(t-1): a linear recurrence over tokens (`_linear_scan`).
+    """
+    xp = get_array_module(lr_words)
+    dtype = lr_words.dtype
+    n_chars = xp.asarray(word_lengths)[word_of_token]
+    spaced = xp.asarray(spaces).astype(dtype)[:, None]
+    word_decay = (float(alpha) ** n_chars.astype(dtype))[:, None]  # alpha ** (the token's characters)
+    space_decay = float(alpha) ** spaced  # alpha ** (its space's: 1 or 0)
+    step_decay = (word_decay * space_decay)[:, 0]
+    from_start, to_end = segment_positions(xp.asarray(lengths))
+    lr_word, rl_word = lr_words[word_of_token], rl_words[word_of_token]
+    # Left to right: c_t = alpha ** space * (word code + alpha ** chars * c_(t-1)) + the space's vector.
+    c = _linear_scan(space_decay * lr_word + spaced * space, xp.where(from_start > 0, step_decay, 0), alpha)
+    lr_before = shift_within(c, lengths, -1)
+    lr_end = lr_word + word_decay * lr_before
+    # Right to left: r_t, the code at the token's first character, = its word's code + alpha ** chars *
+    # (the space's vector + alpha ** space * r_(t+1)).
+    after = spaced * space
+    r = _linear_scan(rl_word + word_decay * after, xp.where(to_end > 0, step_decay, 0), alpha, reverse=True)
+    rl_after = after + space_decay * shift_within(r, lengths, 1)
+    return lr_end, lr_before, r, rl_after
+
+
+def word_codes(word_chars: Floats2d, word_lengths: Ints1d, alpha: float,
+               sum_rows: Callable) -> Tuple[Floats2d, Floats2d]:
+    """Each word's FOFE code of its characters alone, at its last character (left to right) and at its
+    first (right to left): its characters' vectors weighted by alpha ** (characters after, or before,
+    each) and summed per word by `sum_rows(rows, lengths)` (thinc's Ops.reduce_sum)."""
+    xp = get_array_module(word_chars)
+    from_start, to_end = segment_positions(xp.asarray(word_lengths))
+    dtype = word_chars.dtype
+    lengths = xp.asarray(word_lengths).astype("int32")
+    lr = sum_rows(word_chars * (float(alpha) ** to_end.astype(dtype))[:, None], lengths)
+    rl = sum_rows(word_chars * (float(alpha) ** from_start.astype(dtype))[:, None], lengths)
+    return lr, rl
+
+
+def _linear_scan(z: Floats2d, decay: Floats1d, alpha: float, reverse: bool = False) -> Floats2d:
+    """z_t += decay_t * z_(t-1) for every row in turn (z_(t+1) if reverse), in place: a Hillis-Steele
+    scan that carries each row's product of decays over the rows it has added, so a decay of 0 starts a
+    new sequence. It stops once every product is below NEGLIGIBLE * (1 - alpha), as prefix_fofe's cut."""
+    product = decay.astype(z.dtype)
+    step, n = 1, z.shape[0]
+    while step < n and float(product.max()) >= NEGLIGIBLE * (1.0 - alpha):
+        if reverse:
+            z[:-step] += z[step:] * product[:-step, None]
+            product[:-step] *= product[step:]
+            product[max(n - 2 * step, 0):] = 0  # rows within 2 * step of the end are complete
+        else:
+            z[step:] += z[:-step] * product[step:, None]
+            product[step:] *= product[:-step]
+            product[:2 * step] = 0  # rows within 2 * step of the start are complete
+        step *= 2
+    return z
 
 
 def _rows_or_zeros(codes: Floats2d, index: Ints1d) -> Floats2d:

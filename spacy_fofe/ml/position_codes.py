@@ -174,6 +174,8 @@ def _char_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Codes,
     ops = model.ops
     alpha = forgetting_factor(model)
     learned = ALPHA_LOGIT in model.param_names
+    if not is_train:
+        return _predict_chars(model, docs, alpha, learned), _no_backprop
     codepoints, char_lengths, token_starts, token_ends = doc_characters(docs, model.attrs["stop_at_sentences"])
     ids = ops.asarray((codepoints % model.get_dim("nV")).astype("int64"))
     char_lengths, token_starts, token_ends = (ops.asarray(a) for a in (char_lengths, token_starts, token_ends))
@@ -200,6 +202,52 @@ def _char_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Codes,
     return Codes(lengths, dict(zip(CHAR_ARRAYS, codes)), (token_starts, token_ends), alpha, learned), backprop
 
 
+def _predict_chars(model: Model, docs: List[Doc], alpha: float, learned: bool) -> Codes:
+    """The codes of `_char_forward` from each distinct word's characters (`fofe.word_char_boundary_codes`):
+    a batch's text has several times as many characters as distinct words' characters, and predictions
+    need no gradient with respect to each character."""
+    ops = model.ops
+    n_rows, table = model.get_dim("nV"), model.get_param("E")
+    spelled, word_lengths, word_of_token, spaces, lengths, token_starts, token_ends = doc_words(
+        docs, model.attrs["stop_at_sentences"])
+    word_chars = table[ops.asarray((spelled % n_rows).astype("int64"))]
+    lr_words, rl_words = fofe.word_codes(word_chars, ops.asarray(word_lengths), alpha, ops.reduce_sum)
+    codes = fofe.word_char_boundary_codes(lr_words, rl_words, ops.asarray(word_lengths), ops.asarray(word_of_token),
+                                          ops.asarray(spaces), ops.asarray(lengths), table[ord(" ") % n_rows], alpha)
+    doc_lengths = numpy.asarray([len(doc) for doc in docs], dtype="int64")
+    return Codes(doc_lengths, dict(zip(CHAR_ARRAYS, codes)), (ops.asarray(token_starts), ops.asarray(token_ends)),
+                 alpha, learned)
+
+
+def _no_backprop(d_arrays: Gradients) -> List[Doc]:
+    raise ValueError("char_fofe_codes: backprop called on a forward pass run with is_train=False")
+
+
+def _batch_words(docs: List[Doc]):
+    """Each token's distinct word (an index), the distinct words' texts and each token's trailing space
+    (0 or 1), for the batch's tokens, doc after doc."""
+    table = numpy.concatenate([doc.to_array([ORTH, SPACY]).reshape(-1, 2) for doc in docs])
+    orths, word_of_token = numpy.unique(table[:, 0], return_inverse=True)
+    return word_of_token.reshape(-1), _word_texts(docs, orths), table[:, 1].astype("int64")
+
+
+def doc_words(docs: List[Doc], by_sentence: bool = False):
+    """The batch's text as its distinct words: their code points, word after word (uint32), and their
+    lengths; each token's word and trailing space (0 or 1); the tokens of each character sequence (a doc,
+    or with `by_sentence` a sentence: `doc_characters`' sequences, by token); and each token's flat
+    [start, end) character offsets, as `doc_characters` gives them."""
+    if not any(len(doc) for doc in docs):
+        empty = numpy.zeros((0,), dtype="int64")
+        return numpy.zeros((0,), dtype=numpy.uint32), empty, empty, empty, empty, empty, empty
+    word_of_token, words, spaces = _batch_words(docs)
+    word_lengths = numpy.fromiter(map(len, words), dtype="int64", count=len(words))
+    spelled = numpy.frombuffer("".join(words).encode("utf-32-le"), dtype=numpy.uint32)
+    widths = word_lengths[word_of_token] + spaces
+    starts = numpy.cumsum(widths) - widths
+    lengths = sentence_lengths(docs) if by_sentence else numpy.fromiter(map(len, docs), dtype="int64", count=len(docs))
+    return spelled, word_lengths, word_of_token, spaces, lengths, starts, starts + word_lengths[word_of_token]
+
+
 def doc_characters(docs: List[Doc], by_sentence: bool = False):
     """Code points of each doc's text, flat; the length of each character sequence (a doc's
     text, or with `by_sentence` each sentence's, from its first character to the next
@@ -207,19 +255,15 @@ def doc_characters(docs: List[Doc], by_sentence: bool = False):
     each distinct word's code points and the tokens' trailing spaces, as `doc.text` is, without
     a Python step per token."""
     empty = numpy.zeros((0,), dtype="int64")
-    tables = [doc.to_array([ORTH, SPACY]).reshape(-1, 2) for doc in docs]
-    if not any(len(table) for table in tables):
+    if not any(len(doc) for doc in docs):
         return numpy.zeros((0,), dtype=numpy.uint32), numpy.zeros((len(docs),), dtype="int64"), empty, empty
-    table = numpy.concatenate(tables)
-    orths, word_of_token = numpy.unique(table[:, 0], return_inverse=True)
-    words = _word_texts(docs, orths)
+    word_of_token, words, spaces = _batch_words(docs)
     # Each distinct word's code points followed by a space: a token with a trailing space reads one more.
     word_lengths = numpy.fromiter(map(len, words), dtype="int64", count=len(words))
     word_starts = numpy.cumsum(word_lengths + 1) - (word_lengths + 1)
     spelled = numpy.frombuffer((" ".join(words) + " ").encode("utf-32-le"), dtype=numpy.uint32)
-    word_of_token = word_of_token.reshape(-1)
     lengths = word_lengths[word_of_token]
-    widths = lengths + table[:, 1].astype("int64")
+    widths = lengths + spaces
     starts, total = numpy.cumsum(widths) - widths, int(widths.sum())
     ends = starts + lengths
     codepoints = spelled[numpy.repeat(word_starts[word_of_token] - starts, widths) + numpy.arange(total)]
