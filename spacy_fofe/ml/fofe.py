@@ -229,13 +229,20 @@ def fragment_cells(placed: Dict[str, Floats2d], starts: Ints1d, sizes: Ints1d,
         cells += read("start", starts)
     if "end" in placed:
         cells += read("end", last)
-    if "mean" in placed:
-        final_row = (len(positions["mean"]) if positions is not None else len(placed["mean"])) - 1
-        total = xp.zeros_like(cells)
-        for k in range(int(sizes.max()) if len(sizes) else 0):
-            inside = k < sizes
-            total += read("mean", xp.minimum(starts + k, final_row)) * inside[:, None]
-        cells += total / sizes[:, None].astype(first.dtype)
+    if "mean" in placed and len(sizes):
+        # Longest first, so that the fragments with a row k are the first n_longer[k]: row k of each is
+        # added to a slice of the sums, and no fragment reads a row past its end.
+        order = xp.argsort(-sizes, kind="stable")
+        by_size = starts[order]
+        host_sizes = sizes if xp is numpy else sizes.get()
+        n_longer = len(host_sizes) - numpy.cumsum(numpy.bincount(host_sizes))  # fragments longer than k
+        total = read("mean", by_size)
+        for k in range(1, len(n_longer) - 1):
+            total[:n_longer[k]] += read("mean", by_size[:n_longer[k]] + k)
+        total /= sizes[order][:, None].astype(first.dtype)
+        in_order = xp.empty_like(order)
+        in_order[order] = xp.arange(len(order))
+        cells += total[in_order]
     if decay is not None:
         cells -= decay[:, None] * (read("start_decayed", starts) + read("end_decayed", last))
     return cells
