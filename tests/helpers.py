@@ -57,7 +57,8 @@ def check_round_trip(nlp, path):
     """Saved to `path` and loaded, `nlp` scores as before and finds NESTED's spans."""
     nlp.to_disk(path)
     loaded = spacy.load(path)
-    numpy.testing.assert_allclose(fragment_scores(loaded), fragment_scores(nlp), rtol=1e-6)
+    # rtol 1e-5: rows that `nlp`'s predictions kept were embedded in other batches (float rounding)
+    numpy.testing.assert_allclose(fragment_scores(loaded), fragment_scores(nlp), rtol=1e-5)
     for text, spans in NESTED:
         assert predicted(loaded(text)) == sorted(spans), text
 

@@ -63,7 +63,7 @@ def test_evaluate_reports_span_scores_under_the_key(trained):
     assert set(scores["spans_sc_per_type"]) == {"ORG", "LOC", "PER"}
 
 
-def test_serialization_round_trips_give_identical_predictions(trained, tmp_path):
+def test_serialization_round_trips_give_the_same_predictions(trained, tmp_path):
     texts = [text for text, _ in NESTED]
     ner = trained.get_pipe("fofe_ner")
     before = [ner.predict([trained.make_doc(t)])[1] for t in texts]
@@ -74,7 +74,8 @@ def test_serialization_round_trips_give_identical_predictions(trained, tmp_path)
         ner2 = nlp2.get_pipe("fofe_ner")
         assert ner2.cfg == ner.cfg
         for text, scores in zip(texts, before):
-            numpy.testing.assert_array_equal(ner2.predict([nlp2.make_doc(text)])[1], scores)
+            # the same up to the rounding of rows `trained` kept from other batches (embed_rows_once)
+            numpy.testing.assert_allclose(ner2.predict([nlp2.make_doc(text)])[1], scores, rtol=1e-5, atol=1e-7)
             assert predicted(nlp2(text)) == predicted(trained(text))
 
 

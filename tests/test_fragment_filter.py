@@ -138,7 +138,8 @@ def test_the_filter_and_its_threshold_round_trip(trained_filtered, tmp_path):
     trained_filtered.to_disk(tmp_path / "nlp")
     loaded = spacy.load(tmp_path / "nlp")
     assert loaded.get_pipe("fofe_ner").model.get_ref("fragment_filter").attrs["threshold"] == 0.3
-    numpy.testing.assert_allclose(fragment_scores(loaded), fragment_scores(trained_filtered), rtol=1e-6)
+    # rtol 1e-5: the trained pipeline's kept rows were embedded in other batches (float rounding)
+    numpy.testing.assert_allclose(fragment_scores(loaded), fragment_scores(trained_filtered), rtol=1e-5)
 
 
 def test_tune_sets_the_threshold_that_keeps_the_dev_spans(trained_filtered, tmp_path):

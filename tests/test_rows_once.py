@@ -4,6 +4,7 @@ import numpy
 import pytest
 import spacy
 from spacy.ml.models.tok2vec import MultiHashEmbed
+from thinc.api import Adam
 
 from spacy_fofe.features.rows_once import distinct_rows
 from spacy_fofe.features.word_dropout import WordDropoutHashEmbed
@@ -94,3 +95,77 @@ def test_rows_whose_hashes_collide_are_still_told_apart(monkeypatch):
     rows, inverse = distinct_rows(ids)
     assert len(rows) == 3
     numpy.testing.assert_array_equal(rows[inverse], ids)
+
+
+MORE = ["Peter lives in Brussels .", "Anna Blackburn , the the ."]
+
+
+def fresh_copy(model):
+    """The same weights in a new model, which has kept no rows."""
+    copy = make_once()
+    copy.initialize(X=[spacy.blank("en").make_doc("x")])
+    return copy.from_bytes(model.to_bytes())
+
+
+def assert_same_vectors(got, expected):
+    """The same vectors, up to the rounding of rows embedded in other batches."""
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected):
+        numpy.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def count_rows(model):
+    """The rows each call of the model's maxout is given."""
+    seen, maxout = [], model.layers[3]
+    forward = maxout._func
+    maxout._func = lambda node, X, is_train: (seen.append(len(X)), forward(node, X, is_train))[1]
+    return seen
+
+
+def test_predictions_embed_only_rows_no_earlier_batch_had_and_give_the_same_vectors(docs):
+    once = make_once()
+    once.initialize(X=docs)
+    nlp = spacy.blank("en")
+    more = [nlp.make_doc(text) for text in MORE]
+    expected = fresh_copy(once).predict(more)
+    seen = count_rows(once)
+    once.predict(docs)
+    n_first = seen[-1]
+    assert_same_vectors(once.predict(more), expected)
+    # "Peter", "in", "Brussels", ".", "Blackburn", ",", "the" were in the first batch: "lives" and "Anna" are new
+    assert seen[-1] == 2 and n_first > 2
+    n_calls = len(seen)
+    assert_same_vectors(once.predict(docs + more), fresh_copy(once).predict(docs + more))
+    assert len(seen) == n_calls  # every row kept: the layers did not run
+
+
+def test_kept_rows_follow_the_weights_training_and_averages(docs):
+    once = make_once()
+    once.initialize(X=docs)
+    once.predict(docs)
+    optimizer = Adam(0.01, use_averages=True)
+    for _ in range(3):
+        vectors, backprop = once(docs, is_train=True)
+        backprop([numpy.ones_like(v) for v in vectors])
+        once.finish_update(optimizer)
+    assert_same_vectors(once.predict(docs), fresh_copy(once).predict(docs))  # not the vectors of before training
+    with once.use_params(optimizer.averages):
+        averaged = once.predict(docs)
+        assert_same_vectors(averaged, fresh_copy(once).predict(docs))
+    assert_same_vectors(once.predict(docs), fresh_copy(once).predict(docs))
+    assert any(not numpy.array_equal(a, b) for a, b in zip(averaged, once.predict(docs)))
+
+
+def test_kept_rows_with_shared_hashes_or_past_their_limit_give_each_rows_own_vector(docs, monkeypatch):
+    import spacy_fofe.features.rows_once as rows_once
+
+    once = make_once()
+    once.initialize(X=docs)
+    nlp = spacy.blank("en")
+    batches = [docs, [nlp.make_doc(text) for text in MORE], docs]
+    expected = [fresh_copy(once).predict(batch) for batch in batches]
+    monkeypatch.setattr(rows_once, "ROW_HASH_MULTIPLIER", numpy.uint64(0))  # a row's hash is its last id
+    monkeypatch.setattr(rows_once, "MAX_KEPT_ROWS", 4)
+    for batch, vectors in zip(batches, expected):
+        assert_same_vectors(once.predict(batch), vectors)
+        assert once.attrs["kept_rows"].n_rows <= 4

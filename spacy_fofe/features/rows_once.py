@@ -7,9 +7,11 @@ of 1,000 CoNLL-2003 sentences about a quarter of the rows are distinct, so the h
 the maxout that mixes them ran four times for every vector they made. `embed_rows_once` runs
 them on the distinct rows only and copies each result to the tokens that share it (and sums
 the tokens' gradients back onto it in training), which is the same function, computed once.
+Predictions also keep the vectors of the rows they embedded (`KeptRows`), so a row seen in an earlier
+batch (a frequent word's) costs a lookup, until the layers' weights change.
 """
 
-from typing import List, Sequence, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy
 from spacy.attrs import intify_attr
@@ -17,7 +19,12 @@ from spacy.tokens import Doc
 from thinc.api import Model, list2ragged, ragged2list
 from thinc.types import Floats2d, Ints2d
 
+from .sorted_ids import SortedIndex
+
 ROW_HASH_MULTIPLIER = numpy.uint64(0x9E3779B97F4A7C15)  # odd, so each step is a bijection of the hash
+# Rows whose vectors predictions keep (with 64-wide vectors and 14 id columns, about 400 bytes each);
+# past this the kept rows start afresh, so a process that sees ever more words does not grow without bound.
+MAX_KEPT_ROWS = 50_000
 
 
 def TokenIds(attrs: Sequence[Union[str, int]]) -> Model[List[Doc], List[numpy.ndarray]]:
@@ -49,7 +56,8 @@ def embed_rows_once(extract: Model[List[Doc], List[Ints2d]], row_layers: Sequenc
     the layers of that chain, spaCy's MultiHashEmbed layout, so pipelines saved with it load.
     """
     layers = [extract, list2ragged(), *row_layers, ragged2list()]
-    return Model("embed_rows_once", _forward, init=_init, layers=layers, dims={"nO": nO})
+    return Model("embed_rows_once", _forward, init=_init, layers=layers, dims={"nO": nO},
+                 attrs={"kept_rows": KeptRows()})
 
 
 def _init(model: Model, X=None, Y=None) -> None:
@@ -72,15 +80,93 @@ def distinct_rows(ids: numpy.ndarray):
     if len(ids) == 0:
         return ids, numpy.zeros((0,), dtype="int64")
     ids = numpy.ascontiguousarray(ids, dtype="uint64")
-    keys = ids[:, 0].copy()
-    for column in range(1, ids.shape[1]):
-        keys = keys * ROW_HASH_MULTIPLIER + ids[:, column]  # wraps modulo 2**64
-    _, first, inverse = numpy.unique(keys, return_index=True, return_inverse=True)
+    _, first, inverse = numpy.unique(row_keys(ids), return_index=True, return_inverse=True)
     rows, inverse = ids[first], inverse.reshape(-1)
     if not numpy.array_equal(rows[inverse], ids):
         rows, inverse = numpy.unique(ids, axis=0, return_inverse=True)
         inverse = inverse.reshape(-1)
     return rows, inverse
+
+
+def row_keys(ids: numpy.ndarray) -> numpy.ndarray:
+    """A 64-bit hash of each row of a 2d uint64 array (two different rows may share one)."""
+    keys = ids[:, 0].copy()
+    for column in range(1, ids.shape[1]):
+        keys = keys * ROW_HASH_MULTIPLIER + ids[:, column]  # wraps modulo 2**64
+    return keys
+
+
+class KeptRows:
+    """The vectors of the rows earlier predictions embedded, found by their hash (`row_keys`) and told
+    apart by their ids where two share one. They hold while the row layers' weights are those they were
+    made with: training clears them, and other weights (loaded, averaged parameters in use) are told by
+    `weights_mark`. A kept vector is the one embedding the row anew gives, up to float rounding (a
+    product's rounding may depend on the other rows of its batch). Never pickled or serialized."""
+
+    def __init__(self):
+        self.clear()
+
+    def __reduce__(self):  # a pickled or copied model starts with none kept
+        return (self.__class__, ())
+
+    def clear(self, mark: Optional[Tuple] = None) -> None:
+        self.index, self.ids, self.vectors, self.n_rows, self.mark = SortedIndex(), None, None, 0, mark
+
+    def vectors_of(self, rows: numpy.ndarray, row_layers: Sequence[Model], ops) -> Floats2d:
+        """The row layers' output for the distinct `rows` (host ids): the kept rows' vectors, and the
+        others computed by the layers in turn, then kept."""
+        mark = weights_mark(row_layers)
+        if mark != self.mark or (self.ids is not None and self.ids.shape[1] != rows.shape[1]):
+            self.clear(mark)
+        keys = row_keys(rows)
+        slots = self.index.find(keys)
+        if self.n_rows:
+            kept = numpy.flatnonzero(slots >= 0)
+            slots[kept[(self.ids[slots[kept]] != rows[kept]).any(axis=1)]] = -1  # another row's hash
+        new = numpy.flatnonzero(slots < 0)
+        if len(new) == 0:
+            return self.vectors[ops.asarray1i(slots)]
+        vectors = ops.asarray(rows[new])
+        for layer in row_layers:
+            vectors = layer.predict(vectors)
+        out = self.vectors[ops.asarray1i(numpy.maximum(slots, 0))] if self.n_rows else \
+            ops.alloc2f(len(rows), vectors.shape[1])
+        out[ops.asarray1i(new)] = vectors
+        self._keep(keys[new], rows[new], vectors, ops)
+        return out
+
+    def _keep(self, keys: numpy.ndarray, rows: numpy.ndarray, vectors: Floats2d, ops) -> None:
+        if self.n_rows + len(keys) > MAX_KEPT_ROWS:  # start afresh with this batch's new rows
+            self.clear(self.mark)
+            keys, rows, vectors = keys[:MAX_KEPT_ROWS], rows[:MAX_KEPT_ROWS], vectors[:MAX_KEPT_ROWS]
+        if self.ids is None or self.n_rows + len(keys) > len(self.ids):  # room for twice as many, up to the limit
+            size = min(MAX_KEPT_ROWS, max(1024, 2 * (self.n_rows + len(keys))))
+            ids = numpy.zeros((size, rows.shape[1]), dtype=rows.dtype)
+            kept_vectors = ops.alloc2f(size, vectors.shape[1])
+            if self.n_rows:
+                ids[:self.n_rows], kept_vectors[:self.n_rows] = self.ids[:self.n_rows], self.vectors[:self.n_rows]
+            self.ids, self.vectors = ids, kept_vectors
+        at = numpy.arange(self.n_rows, self.n_rows + len(keys))
+        self.ids[at], self.vectors[self.n_rows:self.n_rows + len(keys)] = rows, vectors
+        if (self.index.find(keys) >= 0).any():  # a hash kept for another row: the index keeps the later row
+            self.index = SortedIndex(numpy.concatenate([self.index.ids, keys]),
+                                     numpy.concatenate([self.index.rows, at]))
+        else:
+            self.index.add(keys, at)
+        self.n_rows += len(keys)
+
+
+def weights_mark(layers: Sequence[Model]) -> Tuple:
+    """What tells the layers' weights apart: each parameter array's identity and shape, and a sum of a
+    sample of its numbers (an array changed in place, or a new one where a freed one was)."""
+    mark = []
+    for layer in layers:
+        for node in layer.walk():
+            for name in node.param_names:
+                if node.has_param(name):
+                    param = node.get_param(name)
+                    mark.append((node.id, name, id(param), param.shape, float(param.ravel()[::997].sum())))
+    return tuple(mark)
 
 
 def _forward(model: Model, docs: List[Doc], is_train: bool):
@@ -93,14 +179,17 @@ def _forward(model: Model, docs: List[Doc], is_train: bool):
         return [ops.alloc2f(n, width) for n in lengths], lambda d_vectors: []
     ids = host_ids(ops, features)
     rows, inverse = distinct_rows(ids)
+    index = ops.asarray1i(inverse)
+    splits = numpy.cumsum(lengths)[:-1].tolist()
+    if not is_train:
+        return ops.xp.split(model.attrs["kept_rows"].vectors_of(rows, row_layers, ops)[index], splits), _no_backprop
+    model.attrs["kept_rows"].clear()  # the weights are about to change
     vectors = ops.asarray(rows)
     backprops = []
     for layer in row_layers:
         vectors, backprop_layer = layer(vectors, is_train)
         backprops.append(backprop_layer)
-    index = ops.asarray1i(inverse)
     tokens = vectors[index]
-    splits = numpy.cumsum(lengths)[:-1].tolist()
 
     def backprop(d_tokens: List[Floats2d]) -> List[Doc]:
         d_flat = ops.xp.concatenate(d_tokens)
@@ -111,3 +200,7 @@ def _forward(model: Model, docs: List[Doc], is_train: bool):
         return []
 
     return ops.xp.split(tokens, splits), backprop
+
+
+def _no_backprop(d_vectors):
+    raise ValueError("embed_rows_once: backprop called on a forward pass run with is_train=False")

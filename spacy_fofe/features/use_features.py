@@ -49,7 +49,8 @@ from thinc.api import Dropout, Linear, Model, NumpyOps, deserialize_attr, serial
 from thinc.api import chain as chain_layers
 from thinc.types import Floats2d
 
-from .lexeme_tables import language_table, positions_in
+from .lexeme_tables import language_table
+from .sorted_ids import SortedIndex
 
 _BOS, _EOS, _UNKNOWN = 1, 2, 0
 # Per-doc features kept while training (float16, 2.5 kB a token with the CNN, 3.5 kB with sentence):
@@ -169,36 +170,6 @@ class _ProjectedPieces:
         return self.rows[self.slots[pieces]]
 
 
-class _RowIndex:
-    """ORTH ids and their rows as two arrays sorted by id: a batch's words are found by one binary
-    search over all of them, not a dictionary lookup per word, and 174,609 shipped words take 2.8 MB
-    instead of a dictionary's ~20 MB. Given an id twice, the later row is kept (as a dict's update)."""
-
-    def __init__(self, orths: Sequence[int] = (), rows: Optional[numpy.ndarray] = None):
-        orths = numpy.asarray(orths, dtype=numpy.uint64)
-        rows = numpy.arange(len(orths), dtype=numpy.int64) if rows is None else numpy.asarray(rows, dtype=numpy.int64)
-        order = numpy.argsort(orths, kind="stable")
-        orths, rows = orths[order], rows[order]
-        last = numpy.append(orths[1:] != orths[:-1], True)[:len(orths)]  # the last of each run of equal ids
-        self.orths, self.rows = orths[last], rows[last]
-
-    def __len__(self) -> int:
-        return len(self.orths)
-
-    def find(self, orths: numpy.ndarray) -> numpy.ndarray:
-        """The rows of `orths` (uint64 ids), -1 for an id not in the index."""
-        at = positions_in(self.orths, numpy.asarray(orths, dtype=numpy.uint64))
-        return numpy.where(at >= 0, self.rows[at] if len(self.rows) else -1, -1)
-
-    def add(self, orths: numpy.ndarray, rows: numpy.ndarray) -> None:
-        """Index the distinct ids `orths`, none of them in the index yet, at `rows`."""
-        orths = numpy.asarray(orths, dtype=numpy.uint64)
-        order = numpy.argsort(orths)
-        at = numpy.searchsorted(self.orths, orths[order])
-        self.orths = numpy.insert(self.orths, at, orths[order])
-        self.rows = numpy.insert(self.rows, at, numpy.asarray(rows, dtype=numpy.int64)[order])
-
-
 class _ProjectedWords:
     """Words' USE features with the CNN run over each word alone (`contextual="word"`) times the
     projection's weights, kept as rows of `_row_dtype`: they do not depend on a word's context, so each
@@ -209,7 +180,7 @@ class _ProjectedWords:
 
     def __init__(self):
         self.weights = numpy.zeros((0, 0), dtype=numpy.float32)
-        self.slots = _RowIndex()  # ORTH id -> its row: in `base`, or len(base) + its row in `rows`
+        self.slots = SortedIndex()  # ORTH id -> its row: in `base`, or len(base) + its row in `rows`
         # The shipped words' rows as loaded (not copied: a pipeline's load holds no second copy of them),
         # and the rows computed since, `n_new` of them filled.
         self.base = numpy.zeros(0, dtype=_row_dtype(0, False))
@@ -241,11 +212,11 @@ class _ProjectedWords:
         (`_head_rows`); with `keep`, the features computed are kept for training's next save."""
         dtype = _row_dtype(len(weights), sentence)
         if not numpy.array_equal(self.weights, weights) or self.rows.dtype != dtype:
-            self.weights, self.slots, self.shipped, self.n_new = weights.copy(), _RowIndex(), [], 0
+            self.weights, self.slots, self.shipped, self.n_new = weights.copy(), SortedIndex(), [], 0
             self.base = numpy.zeros(0, dtype=dtype)
             self.rows = numpy.zeros(1024, dtype=dtype)
         elif len(self.slots) + len(orths) > (_MAX_WORD_FEATURES if sentence else _MAX_KNOWN_WORDS):
-            self.slots = _RowIndex(self.shipped)  # start afresh from the shipped rows
+            self.slots = SortedIndex(self.shipped)  # start afresh from the shipped rows
             self.n_new = 0
         first = len(self.base) + self.n_new
         index = self.slots.find(orths)
@@ -318,7 +289,7 @@ class _ProjectedWords:
             # The shipped rows as loaded, and room for a first pass's new words beside them.
             words.weights, words.base = msg["weights"].copy(), _rows_of(msg["rows"], len(msg["weights"]))
             words.rows = numpy.zeros(_LOADED_ROOM, dtype=words.base.dtype)
-            words.shipped, words.slots = shipped, _RowIndex(shipped)
+            words.shipped, words.slots = shipped, SortedIndex(shipped)
         return words
 
 

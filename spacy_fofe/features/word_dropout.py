@@ -28,8 +28,8 @@ from spacy.util import registry
 from thinc.api import HashEmbed, Maxout, Model, chain, concatenate, list2ragged, ragged2list, with_array
 from thinc.types import Floats2d, Ints2d
 
-from .lexeme_tables import positions_in
 from .rows_once import TokenIds, embed_rows_once, host_ids
+from .sorted_ids import positions_in
 
 WORD_ATTRS = ("ORTH", "NORM", "LOWER")
 WORD_ATTR_IDS = {intify_attr(name) for name in WORD_ATTRS}
