@@ -13,11 +13,13 @@ from spacy.util import registry
 from spacy_fofe.features.lexeme_tables import (
     MISSING,
     LexemeTablesEmbed,
+    WordValues,
     cluster_prefixes,
     compound_head_of,
     compound_heads,
     hyphen_parts_of,
     lookup_values,
+    per_distinct_word,
 )
 from spacy_fofe.features.word_dropout import WordDropoutHashEmbed
 
@@ -262,3 +264,28 @@ def test_tables_saved_to_disk_are_read_at_initialize_through_the_config(tmp_path
     assert features.view("int64").tolist() == [[5, 7], [MISSING, 7], [7, 7]]  # by ORTH, by LOWER
     with pytest.raises(ValueError, match="no lookups.bin"):
         registry.misc.get("spacy_fofe.LookupsFromDisk.v1")(tmp_path / "nothing_here")
+
+
+def test_per_distinct_word_works_out_each_new_word_once_and_keeps_its_value(monkeypatch):
+    import spacy_fofe.features.lexeme_tables as lexeme_tables
+
+    strings = spacy.blank("de").vocab.strings
+    texts = ["US-Marketing", "Haus", "NATO-Gipfel", "Haus", "-x"]
+    ids = numpy.asarray([strings.add(text) for text in texts] + [12345], dtype="uint64")  # 12345: no string
+    worked_out = []
+
+    def work_out(batch):
+        worked_out.append(list(batch))
+        return [hyphen_parts_of(text) for text in batch]
+
+    cache = WordValues((0, 0), "uint64")
+    expected = [list(hyphen_parts_of(text)) for text in texts] + [[0, 0]]
+    assert per_distinct_word(strings, ids, cache, work_out).tolist() == expected
+    assert sorted(worked_out[0]) == sorted(set(texts)) and len(cache) == 5
+    assert per_distinct_word(strings, ids[::-1], cache, work_out).tolist() == expected[::-1]
+    assert len(worked_out) == 1  # every word kept
+    monkeypatch.setattr(lexeme_tables, "PART_CACHE_WORDS", 6)  # past the limit: starts afresh
+    more = numpy.asarray([strings.add("EU-Gipfel"), ids[0]], dtype="uint64")
+    assert per_distinct_word(strings, more, cache, work_out).tolist() == [
+        list(hyphen_parts_of("EU-Gipfel")), expected[0]]
+    assert sorted(worked_out[1]) == ["EU-Gipfel", "US-Marketing"] and len(cache) == 2

@@ -23,7 +23,7 @@ precedence over the package's.
 
 from functools import partial
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy
 from spacy.attrs import ORTH, intify_attr
@@ -35,7 +35,7 @@ from thinc.api import HashEmbed, Maxout, Model, chain, concatenate, with_array
 from thinc.types import Floats2d, Ints2d
 
 from .rows_once import embed_rows_once
-from .sorted_ids import positions_in
+from .sorted_ids import SortedIndex, positions_in
 
 MISSING = numpy.iinfo("int32").min  # the value of a word a table does not have: one shared row
 CLUSTER_TABLE = "lexeme_cluster"
@@ -91,7 +91,8 @@ def LexemeTablesEmbed(
     if embed.has_dim("nO") is True and embed.get_dim("nO") != width:
         raise ValueError(f"{name}: width is {width} but the embed layer's output width is {embed.get_dim('nO')}")
     # The parts of each word seen, kept by the forward pass and never saved with the model.
-    lookup = Model("lexeme_lookup", partial(_lookup_forward, part_cache={}, head_cache={}), init=_lookup_init,
+    lookup = Model("lexeme_lookup", partial(_lookup_forward, part_cache=WordValues((0, 0), "uint64"), head_cache={}),
+                   init=_lookup_init,
                    attrs={"tables": list(tables), "attr_ids": attr_ids, "keys": [], "values": [],
                           "prefix_bits": list(cluster_prefix_bits), "hyphen_parts": hyphen_parts,
                           "compound_heads": compound_heads})
@@ -206,25 +207,58 @@ def hyphen_parts_of(word: str) -> Tuple[int, int]:
     return get_string_id(parts[0]), get_string_id(parts[-1])
 
 
-def per_distinct_word(strings, words: numpy.ndarray, cache: dict, work_out: Callable, default, dtype: str):
-    """Each word hash's result (`default` for a hash the strings lack), worked out once per distinct word
-    and kept in `cache`, which starts again past PART_CACHE_WORDS words: `work_out(texts)` gives one
+class WordValues:
+    """What `per_distinct_word` worked out for each word hash, kept in arrays (the hashes in a SortedIndex):
+    a batch's words are found by one binary search, and only words not seen before are worked out."""
+
+    def __init__(self, default, dtype: str):
+        self.default = numpy.asarray(default, dtype=dtype)
+        self.clear()
+
+    def clear(self) -> None:
+        self.index, self.n_words = SortedIndex(), 0
+        self.values = numpy.zeros((0, *self.default.shape), dtype=self.default.dtype)
+
+    def __len__(self) -> int:
+        return self.n_words
+
+    def add(self, words: numpy.ndarray, values: numpy.ndarray) -> numpy.ndarray:
+        """Keep `values` for the distinct new `words`; return their slots."""
+        slots = numpy.arange(self.n_words, self.n_words + len(words))
+        if self.n_words + len(words) > len(self.values):  # room for twice as many
+            grown = numpy.zeros((max(1024, 2 * (self.n_words + len(words))), *self.default.shape), self.values.dtype)
+            grown[:self.n_words] = self.values[:self.n_words]
+            self.values = grown
+        self.values[slots] = values
+        self.index.add(words, slots)
+        self.n_words += len(words)
+        return slots
+
+
+def per_distinct_word(strings, words: numpy.ndarray, cache: WordValues, work_out: Callable) -> numpy.ndarray:
+    """Each word hash's result (the cache's default for a hash the strings lack), worked out once per distinct
+    word and kept in `cache`, which starts again past PART_CACHE_WORDS words: `work_out(texts)` gives one
     result per text, for all the words not in `cache` at once."""
-    distinct, inverse = numpy.unique(words, return_inverse=True)
-    if len(cache) > PART_CACHE_WORDS:
+    distinct, inverse = numpy.unique(numpy.asarray(words, dtype="uint64"), return_inverse=True)
+    if len(cache) + len(distinct) > PART_CACHE_WORDS:
         cache.clear()
-    distinct = distinct.tolist()
-    new = [key for key in distinct if key not in cache]
-    known = [key for key in new if key in strings]
-    cache.update(zip(known, work_out([strings[key] for key in known])))
-    cache.update((key, default) for key in new if key not in strings)
-    found = [cache[key] for key in distinct]
-    return numpy.asarray(found, dtype=dtype).reshape((len(found), *numpy.shape(default)))[inverse.reshape(-1)]
+    slots = cache.index.find(distinct)
+    new = numpy.flatnonzero(slots < 0)
+    if len(new):
+        keys = distinct[new].tolist()
+        values = numpy.repeat(cache.default[None], len(new), axis=0)
+        known = [i for i, key in enumerate(keys) if key in strings]
+        if known:
+            values[known] = numpy.asarray(work_out([strings[keys[i]] for i in known]), dtype=values.dtype).reshape(
+                (len(known), *cache.default.shape))
+        slots[new] = cache.add(distinct[new], values)
+    return cache.values[slots][inverse.reshape(-1)]
 
 
-def part_ids(strings, words: numpy.ndarray, cache: Dict[int, Tuple[int, int]]) -> numpy.ndarray:
-    """(len(words), 2) uint64: hyphen_parts_of each word hash, worked out once per distinct word."""
-    return per_distinct_word(strings, words, cache, lambda texts: list(map(hyphen_parts_of, texts)), (0, 0), "uint64")
+def part_ids(strings, words: numpy.ndarray, cache: WordValues) -> numpy.ndarray:
+    """(len(words), 2) uint64: hyphen_parts_of each word hash, worked out once per distinct word (`cache`:
+    WordValues((0, 0), "uint64"))."""
+    return per_distinct_word(strings, words, cache, lambda texts: list(map(hyphen_parts_of, texts)))
 
 
 def compound_head_of(word: str, keys: numpy.ndarray, values: numpy.ndarray) -> int:
@@ -260,16 +294,15 @@ def compound_heads_of(strings, words: numpy.ndarray, clusters: numpy.ndarray, ke
     them again."""
     if cache.get("table") is not values:
         cache.clear()
-        cache.update(table=values, heads={})
+        cache.update(table=values, heads=WordValues(MISSING, "int32"))
     heads = numpy.full(len(words), MISSING, dtype="int32")
     lacking = clusters == MISSING
     heads_of = partial(compound_heads, keys=keys, values=values)
-    heads[lacking] = per_distinct_word(strings, words[lacking], cache["heads"], heads_of, MISSING, "int32")
+    heads[lacking] = per_distinct_word(strings, words[lacking], cache["heads"], heads_of)
     return heads
 
 
-def _lookup_forward(model: Model, docs: List[Doc], is_train: bool, part_cache: Dict[int, Tuple[int, int]],
-                    head_cache: dict):
+def _lookup_forward(model: Model, docs: List[Doc], is_train: bool, part_cache: WordValues, head_cache: dict):
     keys, values = model.attrs["keys"], model.attrs["values"]
     if not keys:
         raise ValueError("spacy_fofe.LexemeTablesEmbed.v1: the lexeme tables are not loaded; "
