@@ -232,7 +232,7 @@ def fragment_cells(placed: Dict[str, Floats2d], starts: Ints1d, sizes: Ints1d,
     if "mean" in placed and len(sizes):
         # Longest first, so that the fragments with a row k are the first n_longer[k]: row k of each is
         # added to a slice of the sums, and no fragment reads a row past its end.
-        order = xp.argsort(-sizes, kind="stable")
+        order = xp.argsort(-sizes)
         by_size = starts[order]
         host_sizes = sizes if xp is numpy else sizes.get()
         n_longer = len(host_sizes) - numpy.cumsum(numpy.bincount(host_sizes))  # fragments longer than k
