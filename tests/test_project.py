@@ -1,6 +1,7 @@
 """The spaCy project's demo workflow, end to end (convert, train, tune, evaluate) on the demo corpus."""
 
 import argparse
+import gc
 import importlib.util
 import json
 import os
@@ -709,7 +710,17 @@ def test_benchmark_scores_first_pass_and_reports_seeds_spread_and_ratios(tmp_pat
     trained.to_disk(tmp_path / "model")
     examples = make_examples(trained, NESTED)
     DocBin(docs=[eg.reference for eg in examples]).to_disk(tmp_path / "test.spacy")
+    timed_pass, frozen = benchmark._timed_pass, []
+
+    def recording_pass(nlp, texts):  # how many objects the garbage collector leaves alone in each timed pass
+        frozen.append(gc.get_freeze_count())
+        return timed_pass(nlp, texts)
+
+    benchmark._timed_pass = recording_pass
     benchmark.measure(str(tmp_path / "model"), str(tmp_path / "test.spacy"), str(tmp_path / "measure.json"), -1)
+    benchmark._timed_pass = timed_pass
+    # the start-up's objects are frozen out of the collector for the timed passes, and given back after
+    assert len(frozen) == 4 and min(frozen) > 1000 and gc.get_freeze_count() == 0
     measured = json.loads((tmp_path / "measure.json").read_text())
     assert measured["spans_sc_f"] == 1.0 and measured["words_per_second"] > 0
     assert measured["first_pass_words_per_second"] > 0 and measured["startup_seconds"] > 0
