@@ -600,3 +600,13 @@ def test_an_explicit_max_length_is_kept_and_a_saved_pick_reloads(tmp_path):
     nlp.initialize(lambda: spans_of_lengths(nlp, [1, 2, 2]))
     nlp.to_disk(tmp_path / "picked")
     assert spacy.load(tmp_path / "picked").get_pipe("fofe_ner").cfg["max_length"] == 2
+
+
+def test_a_long_docs_words_and_spaces_are_its_tokens_texts_and_whitespace():
+    from spacy_fofe.pipeline.component import doc_words_and_spaces
+
+    doc = Doc(spacy.blank("de").vocab, words=["Bär", "\n", "🙂", "  ", "Bär", "straße", "."],
+              spaces=[True, False, False, False, True, False, False])
+    words, spaces = doc_words_and_spaces(doc)
+    assert words == [t.text for t in doc] and spaces == [bool(t.whitespace_) for t in doc]
+    assert all(type(word) is str for word in words) and all(type(space) is bool for space in spaces)

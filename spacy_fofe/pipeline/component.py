@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 import numpy
 import srsly
 from spacy import util
-from spacy.attrs import IS_SPACE
+from spacy.attrs import IS_SPACE, ORTH, SPACY
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc, Span, SpanGroup
@@ -220,12 +220,13 @@ class FOFENER(TrainablePipe):
                 continue
             starts = fragments[doc_rows[i]:doc_rows[i + 1], 1]
             token_attrs = doc.to_array(WINDOW_ATTRS)  # once per doc: Span.as_doc would redo it per window
+            words, spaces = doc_words_and_spaces(doc)
             for begin in range(0, len(doc), WINDOW_TOKENS):
                 end = min(begin + WINDOW_TOKENS, len(doc))
                 first, last = max(0, begin - margin), min(len(doc), end + margin)
                 lo, hi = doc_rows[i] + numpy.searchsorted(starts, [begin, end])
                 local = fragments[lo:hi] - numpy.asarray([i, first, first])
-                window = _window_doc(doc, first, last, token_attrs)
+                window = _window_doc(doc, words[first:last], spaces[first:last], token_attrs[first:last])
                 scores[lo:hi] = self.model.ops.to_numpy(self.model.predict(([window], local)))
         return scores
 
@@ -552,9 +553,17 @@ class FOFENER(TrainablePipe):
             )
 
 
-def _window_doc(doc: Doc, start: int, end: int, token_attrs: numpy.ndarray) -> Doc:
-    """Tokens start..end of `doc` as a Doc, with their rows of WINDOW_ATTRS."""
-    tokens = doc[start:end]
-    window = Doc(doc.vocab, words=[t.text for t in tokens], spaces=[bool(t.whitespace_) for t in tokens])
-    window.from_array(WINDOW_ATTRS, token_attrs[start:end])
+def doc_words_and_spaces(doc: Doc) -> Tuple[List[str], List[bool]]:
+    """Each token's text and whether a space follows it, from the doc's ORTH and SPACY arrays: a text per
+    distinct word, then copied to its tokens by numpy, not a Token object made per token."""
+    table = doc.to_array([ORTH, SPACY]).reshape(-1, 2)
+    orths, word_of_token = numpy.unique(table[:, 0], return_inverse=True)
+    texts = numpy.asarray([doc.vocab.strings[orth] for orth in orths.tolist()], dtype=object)
+    return texts[word_of_token.reshape(-1)].tolist(), (table[:, 1] != 0).tolist()
+
+
+def _window_doc(doc: Doc, words: List[str], spaces: List[bool], token_attrs: numpy.ndarray) -> Doc:
+    """A window of `doc`'s tokens (their texts, spaces and rows of WINDOW_ATTRS) as a Doc."""
+    window = Doc(doc.vocab, words=words, spaces=spaces)
+    window.from_array(WINDOW_ATTRS, token_attrs)
     return window
