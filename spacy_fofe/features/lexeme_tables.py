@@ -35,7 +35,7 @@ from thinc.api import HashEmbed, Maxout, Model, chain, concatenate, with_array
 from thinc.types import Floats2d, Ints2d
 
 from .rows_once import embed_rows_once
-from .sorted_ids import SortedIndex, positions_in
+from .sorted_ids import SortedIndex, positions_in, with_room
 
 MISSING = numpy.iinfo("int32").min  # the value of a word a table does not have: one shared row
 CLUSTER_TABLE = "lexeme_cluster"
@@ -225,10 +225,7 @@ class WordValues:
     def add(self, words: numpy.ndarray, values: numpy.ndarray) -> numpy.ndarray:
         """Keep `values` for the distinct new `words`; return their slots."""
         slots = numpy.arange(self.n_words, self.n_words + len(words))
-        if self.n_words + len(words) > len(self.values):  # room for twice as many
-            grown = numpy.zeros((max(1024, 2 * (self.n_words + len(words))), *self.default.shape), self.values.dtype)
-            grown[:self.n_words] = self.values[:self.n_words]
-            self.values = grown
+        self.values = with_room(self.values, self.n_words, len(words))
         self.values[slots] = values
         self.index.add(words, slots)
         self.n_words += len(words)

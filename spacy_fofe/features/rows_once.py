@@ -19,7 +19,7 @@ from spacy.tokens import Doc
 from thinc.api import Model, list2ragged, ragged2list
 from thinc.types import Floats2d, Ints2d
 
-from .sorted_ids import SortedIndex
+from .sorted_ids import SortedIndex, with_room
 
 ROW_HASH_MULTIPLIER = numpy.uint64(0x9E3779B97F4A7C15)  # odd, so each step is a bijection of the hash
 # Rows whose vectors predictions keep (with 64-wide vectors and 14 id columns, about 400 bytes each);
@@ -139,20 +139,13 @@ class KeptRows:
         if self.n_rows + len(keys) > MAX_KEPT_ROWS:  # start afresh with this batch's new rows
             self.clear(self.mark)
             keys, rows, vectors = keys[:MAX_KEPT_ROWS], rows[:MAX_KEPT_ROWS], vectors[:MAX_KEPT_ROWS]
-        if self.ids is None or self.n_rows + len(keys) > len(self.ids):  # room for twice as many, up to the limit
-            size = min(MAX_KEPT_ROWS, max(1024, 2 * (self.n_rows + len(keys))))
-            ids = numpy.zeros((size, rows.shape[1]), dtype=rows.dtype)
-            kept_vectors = ops.alloc2f(size, vectors.shape[1])
-            if self.n_rows:
-                ids[:self.n_rows], kept_vectors[:self.n_rows] = self.ids[:self.n_rows], self.vectors[:self.n_rows]
-            self.ids, self.vectors = ids, kept_vectors
+        if self.ids is None:
+            self.ids, self.vectors = numpy.zeros((0, rows.shape[1]), rows.dtype), ops.alloc2f(0, vectors.shape[1])
+        self.ids = with_room(self.ids, self.n_rows, len(keys), MAX_KEPT_ROWS)
+        self.vectors = with_room(self.vectors, self.n_rows, len(keys), MAX_KEPT_ROWS)
         at = numpy.arange(self.n_rows, self.n_rows + len(keys))
         self.ids[at], self.vectors[self.n_rows:self.n_rows + len(keys)] = rows, vectors
-        if (self.index.find(keys) >= 0).any():  # a hash kept for another row: the index keeps the later row
-            self.index = SortedIndex(numpy.concatenate([self.index.ids, keys]),
-                                     numpy.concatenate([self.index.rows, at]))
-        else:
-            self.index.add(keys, at)
+        self.index.add(keys, at)  # a hash kept for another row moves to this one
         self.n_rows += len(keys)
 
 

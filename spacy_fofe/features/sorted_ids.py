@@ -1,9 +1,11 @@
 """Lookups of 64-bit ids (ORTH ids, row hashes) in sorted arrays: one binary search per distinct id of a
-batch, not a dictionary lookup per word, and a few bytes an id instead of a dictionary's."""
+batch, not a dictionary lookup per word, and a few bytes an id instead of a dictionary's; and the arrays of
+rows such an index points into, grown as ids are added (`with_room`)."""
 
 from typing import Optional, Sequence
 
 import numpy
+from thinc.api import get_array_module
 
 
 def positions_in(keys: numpy.ndarray, queries: numpy.ndarray) -> numpy.ndarray:
@@ -40,9 +42,25 @@ class SortedIndex:
         return numpy.where(at >= 0, self.rows[at] if len(self.rows) else -1, -1)
 
     def add(self, ids: numpy.ndarray, rows: numpy.ndarray) -> None:
-        """Index the distinct ids `ids`, none of them in the index yet, at `rows`."""
-        ids = numpy.asarray(ids, dtype=numpy.uint64)
+        """Index the distinct ids `ids` at `rows`; an id already in the index moves to its new row."""
+        ids, rows = numpy.asarray(ids, dtype=numpy.uint64), numpy.asarray(rows, dtype=numpy.int64)
+        present = positions_in(self.ids, ids)
+        self.rows[present[present >= 0]] = rows[present >= 0]
+        ids, rows = ids[present < 0], rows[present < 0]
         order = numpy.argsort(ids)
         at = numpy.searchsorted(self.ids, ids[order])
         self.ids = numpy.insert(self.ids, at, ids[order])
-        self.rows = numpy.insert(self.rows, at, numpy.asarray(rows, dtype=numpy.int64)[order])
+        self.rows = numpy.insert(self.rows, at, rows[order])
+
+
+def with_room(rows, n_rows: int, n_new: int, limit: Optional[int] = None):
+    """`rows` (its first `n_rows` filled; numpy or cupy) with room for `n_new` more: the same array, or one
+    twice as long (at most `limit` rows, where that leaves room)."""
+    if n_rows + n_new <= len(rows):
+        return rows
+    size = max(2 * len(rows), n_rows + n_new)
+    if limit is not None:
+        size = max(min(size, limit), n_rows + n_new)
+    grown = get_array_module(rows).zeros((size,) + rows.shape[1:], dtype=rows.dtype)
+    grown[:n_rows] = rows[:n_rows]
+    return grown

@@ -50,7 +50,7 @@ from thinc.api import chain as chain_layers
 from thinc.types import Floats2d
 
 from .lexeme_tables import language_table
-from .sorted_ids import SortedIndex
+from .sorted_ids import SortedIndex, with_room
 
 _BOS, _EOS, _UNKNOWN = 1, 2, 0
 # Per-doc features kept while training (float16, 2.5 kB a token with the CNN, 3.5 kB with sentence):
@@ -161,7 +161,7 @@ class _ProjectedPieces:
             self.n_rows = 0
         new = numpy.unique(pieces[self.slots[pieces] < 0])
         if len(new):
-            self.rows = _with_room(self.rows, self.n_rows, len(new))
+            self.rows = with_room(self.rows, self.n_rows, len(new))
             for start in range(0, len(new), _CHUNK_TOKENS):  # dequantized 512-wide rows, a block at a time
                 block = new[start:start + _CHUNK_TOKENS]
                 self.rows[self.n_rows:self.n_rows + len(block)] = _embedding_rows(encoder["weights"], block) @ weights.T
@@ -222,7 +222,7 @@ class _ProjectedWords:
         index = self.slots.find(orths)
         new = numpy.flatnonzero(index < 0)
         if len(new):
-            self.rows = _with_room(self.rows, self.n_new, len(new))
+            self.rows = with_room(self.rows, self.n_new, len(new))
             texts = [strings[orth] for orth in orths[new].tolist()]  # only the new words' texts are needed
             for start in range(0, len(new), _WORDS_PER_PROJECTION):
                 block_texts = texts[start:start + _WORDS_PER_PROJECTION]
@@ -357,15 +357,6 @@ def _serialize_projected_words(_, value: _ProjectedWords, name: str, model: Mode
 @deserialize_attr.register(_ProjectedWords)
 def _deserialize_projected_words(_, value: Union[bytes, dict], name: str, model: Model) -> _ProjectedWords:
     return _ProjectedWords.from_dict(value) if isinstance(value, dict) else _ProjectedWords.from_bytes(value)
-
-
-def _with_room(rows: numpy.ndarray, n_rows: int, n_new: int) -> numpy.ndarray:
-    """`rows` (its first `n_rows` filled) with room for `n_new` more: the same array, or one twice as long."""
-    if n_rows + n_new <= len(rows):
-        return rows
-    grown = numpy.zeros((max(2 * len(rows), n_rows + n_new),) + rows.shape[1:], dtype=rows.dtype)
-    grown[:n_rows] = rows[:n_rows]
-    return grown
 
 
 def _project_words(model: Model, docs: List[Doc]) -> List[Floats2d]:

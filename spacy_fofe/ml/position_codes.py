@@ -223,9 +223,9 @@ def _no_backprop(d_arrays: Gradients) -> List[Doc]:
     raise ValueError("char_fofe_codes: backprop called on a forward pass run with is_train=False")
 
 
-def _batch_words(docs: List[Doc]):
+def batch_words(docs: List[Doc]):
     """Each token's distinct word (an index), the distinct words' texts and each token's trailing space
-    (0 or 1), for the batch's tokens, doc after doc."""
+    (0 or 1), for the batch's tokens, doc after doc: a text per distinct word, not per token."""
     table = numpy.concatenate([doc.to_array([ORTH, SPACY]).reshape(-1, 2) for doc in docs])
     orths, word_of_token = numpy.unique(table[:, 0], return_inverse=True)
     return word_of_token.reshape(-1), _word_texts(docs, orths), table[:, 1].astype("int64")
@@ -239,7 +239,7 @@ def doc_words(docs: List[Doc], by_sentence: bool = False):
     if not any(len(doc) for doc in docs):
         empty = numpy.zeros((0,), dtype="int64")
         return numpy.zeros((0,), dtype=numpy.uint32), empty, empty, empty, empty, empty, empty
-    word_of_token, words, spaces = _batch_words(docs)
+    word_of_token, words, spaces = batch_words(docs)
     word_lengths = numpy.fromiter(map(len, words), dtype="int64", count=len(words))
     spelled = numpy.frombuffer("".join(words).encode("utf-32-le"), dtype=numpy.uint32)
     widths = word_lengths[word_of_token] + spaces
@@ -257,7 +257,7 @@ def doc_characters(docs: List[Doc], by_sentence: bool = False):
     empty = numpy.zeros((0,), dtype="int64")
     if not any(len(doc) for doc in docs):
         return numpy.zeros((0,), dtype=numpy.uint32), numpy.zeros((len(docs),), dtype="int64"), empty, empty
-    word_of_token, words, spaces = _batch_words(docs)
+    word_of_token, words, spaces = batch_words(docs)
     # Each distinct word's code points followed by a space: a token with a trailing space reads one more.
     word_lengths = numpy.fromiter(map(len, words), dtype="int64", count=len(words))
     word_starts = numpy.cumsum(word_lengths + 1) - (word_lengths + 1)

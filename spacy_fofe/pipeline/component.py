@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 import numpy
 import srsly
 from spacy import util
-from spacy.attrs import IS_SPACE, ORTH, SPACY
+from spacy.attrs import IS_SPACE
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc, Span, SpanGroup
@@ -34,7 +34,7 @@ from ..ml.model import (
     reads_listener,
     stops_at_sentences,
 )
-from ..ml.position_codes import sentence_start_flags
+from ..ml.position_codes import batch_words, sentence_start_flags
 from ..training.averaging import start_from
 from ..training.distill import Teacher, soft_targets
 from .decoding import Candidate, CandidateTable, Level, decode_batch, levels_from
@@ -554,12 +554,10 @@ class FOFENER(TrainablePipe):
 
 
 def doc_words_and_spaces(doc: Doc) -> Tuple[List[str], List[bool]]:
-    """Each token's text and whether a space follows it, from the doc's ORTH and SPACY arrays: a text per
-    distinct word, then copied to its tokens by numpy, not a Token object made per token."""
-    table = doc.to_array([ORTH, SPACY]).reshape(-1, 2)
-    orths, word_of_token = numpy.unique(table[:, 0], return_inverse=True)
-    texts = numpy.asarray([doc.vocab.strings[orth] for orth in orths.tolist()], dtype=object)
-    return texts[word_of_token.reshape(-1)].tolist(), (table[:, 1] != 0).tolist()
+    """Each token's text and whether a space follows it (`batch_words`: a text per distinct word, copied to
+    its tokens by numpy), not a Token object made per token."""
+    word_of_token, texts, spaces = batch_words([doc])
+    return numpy.asarray(texts, dtype=object)[word_of_token].tolist(), (spaces != 0).tolist()
 
 
 def _window_doc(doc: Doc, words: List[str], spaces: List[bool], token_attrs: numpy.ndarray) -> Doc:
