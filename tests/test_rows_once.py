@@ -169,3 +169,78 @@ def test_kept_rows_with_shared_hashes_or_past_their_limit_give_each_rows_own_vec
     for batch, vectors in zip(batches, expected):
         assert_same_vectors(once.predict(batch), vectors)
         assert once.attrs["kept_rows"].n_rows <= 4
+
+
+def train_steps(model, batches):
+    optimizer = Adam(0.01)
+    for batch in batches:
+        vectors, backprop = model(batch, is_train=True)
+        backprop([numpy.ones_like(v) for v in vectors])
+        model.finish_update(optimizer)
+
+
+def test_training_counts_its_rows_and_a_saved_model_embeds_the_most_frequent_at_its_first_prediction(docs):
+    import pickle
+
+    once = make_once()
+    once.initialize(X=docs)
+    train_steps(once, [docs, docs[1:2]])
+    counted = once.attrs["kept_rows"].counted
+    ids, counts = counted.most_frequent(3)
+    assert counts.tolist() == [8, 3, 2]  # "the": 4 tokens in each of two batches; "Peter" 3 times; 2 each
+    loaded = fresh_copy(once)
+    nlp = spacy.blank("en")
+    more = [nlp.make_doc(text) for text in MORE]
+    expected = make_once_with_weights(once).predict(more)  # the same weights, nothing counted or kept
+    seen = count_rows(loaded)
+    assert_same_vectors(loaded.predict(more), expected)
+    n_shipped = counted.n_rows  # every training row is shipped (fewer than MAX_SHIPPED_ROWS)
+    assert seen == [n_shipped, 2]  # the shipped rows at once, then "lives" and "Anna" alone
+    assert_same_vectors(loaded.predict(docs), make_once_with_weights(once).predict(docs))
+    assert seen == [n_shipped, 2]  # the training docs' rows were all shipped
+    kept = loaded.attrs["kept_rows"]
+    copy = pickle.loads(pickle.dumps(kept))
+    assert kept.n_rows > 0 and copy.n_rows == 0  # a copy keeps the counts, not the vectors
+    numpy.testing.assert_array_equal(copy.counted.most_frequent(n_shipped)[0], ids_of(kept))
+
+
+def test_a_pipeline_ships_at_most_max_shipped_rows_the_most_frequent(docs, monkeypatch):
+    import spacy_fofe.features.rows_once as rows_once
+
+    monkeypatch.setattr(rows_once, "MAX_SHIPPED_ROWS", 1)
+    once = make_once()
+    once.initialize(X=docs)
+    train_steps(once, [docs])
+    loaded = fresh_copy(once)
+    ids = loaded.attrs["kept_rows"].counted.ids
+    assert len(ids) == 1 and loaded.attrs["kept_rows"].counted.counts.tolist() == [4]  # "the"
+    seen = count_rows(loaded)
+    assert_same_vectors(loaded.predict(docs[1:2]), make_once_with_weights(once).predict(docs[1:2]))
+    assert seen == [1]  # the shipped row, then nothing new
+
+
+def test_row_counts_stop_at_their_limit_and_keep_one_row_a_hash(monkeypatch):
+    import spacy_fofe.features.rows_once as rows_once
+
+    monkeypatch.setattr(rows_once, "MAX_COUNTED_ROWS", 3)
+    counts = rows_once.RowCounts()
+    counts.add(numpy.array([[1, 2], [3, 4]], dtype="uint64"), numpy.array([5, 1]))
+    counts.add(numpy.array([[3, 4], [5, 6], [7, 8]], dtype="uint64"), numpy.array([1, 2, 9]))
+    ids, n = counts.most_frequent(10)
+    assert ids.tolist() == [[1, 2], [5, 6], [3, 4]] and n.tolist() == [5, 2, 2]  # [7, 8] came past the limit
+    monkeypatch.setattr(rows_once, "ROW_HASH_MULTIPLIER", numpy.uint64(0))  # a row's hash is its last id
+    shared = rows_once.RowCounts()
+    shared.add(numpy.array([[1, 7], [2, 7], [3, 8]], dtype="uint64"), numpy.array([1, 2, 3]))
+    ids, n = shared.most_frequent(10)
+    assert ids.tolist() == [[3, 8], [1, 7]] and n.tolist() == [3, 1]
+
+
+def make_once_with_weights(model):
+    """A model with `model`'s weights and neither counts nor kept rows."""
+    copy = fresh_copy(model)
+    copy.attrs["kept_rows"] = type(model.attrs["kept_rows"])()
+    return copy
+
+
+def ids_of(kept):
+    return kept.counted.most_frequent(kept.counted.n_rows)[0]
