@@ -171,10 +171,10 @@ class FOFENER(TrainablePipe):
 
         A doc longer than WINDOW_TOKENS is scored window by window, each with the context
         the model reads around it (`model.context_tokens`), so the network's memory is a
-        window's (the fragments and their scores are the doc's) and the scores are those of the whole doc (but for a USE sentence vector and a
-        DocumentMemory: the window's); on a CPU, the docs are scored in runs of about
-        CPU_RUN_TOKENS tokens, for the same reason. Neither with a listener tok2vec: the
-        upstream component's output belongs to the whole batch.
+        window's (the fragments and their scores are the doc's) and the scores are those of
+        the whole doc (but for a USE sentence vector and a DocumentMemory: the window's); on a
+        CPU, the docs are scored in runs of about CPU_RUN_TOKENS tokens, for the same reason.
+        Neither with a listener tok2vec: the upstream component's output belongs to the whole batch.
         """
         self._require_initialized()
         docs = list(docs)
