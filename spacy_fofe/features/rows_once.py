@@ -155,7 +155,7 @@ class KeptRows:
         self.clear()
 
     def __reduce__(self):  # a pickled or copied model keeps the counts, not the vectors
-        return (_kept_rows_from_dict, (self.to_dict(),))
+        return (KeptRows.from_dict, (self.to_dict(),))
 
     def clear(self, mark: Optional[Tuple] = None) -> None:
         self.index, self.ids, self.vectors, self.n_rows, self.n_shipped, self.mark = \
@@ -165,6 +165,10 @@ class KeptRows:
         """The most frequent training rows' ids and counts, as a saved pipeline ships them."""
         ids, counts = self.counted.most_frequent(MAX_SHIPPED_ROWS)
         return {"ids": ids, "counts": counts}
+
+    @classmethod
+    def from_dict(cls, msg: dict) -> "KeptRows":
+        return cls(RowCounts(msg["ids"], msg["counts"]))
 
     def vectors_of(self, rows: numpy.ndarray, row_layers: Sequence[Model], ops) -> Floats2d:
         """The row layers' output for the distinct `rows` (host ids): the kept rows' vectors, and the
@@ -222,10 +226,6 @@ def _embed(rows, row_layers: Sequence[Model]) -> Floats2d:
     return rows
 
 
-def _kept_rows_from_dict(msg: dict) -> KeptRows:
-    return KeptRows(RowCounts(msg["ids"], msg["counts"]))
-
-
 # Saved as a dict inside the model's message (its arrays as msgpack-numpy does), as spaCy saves a pipeline.
 @serialize_attr.register(KeptRows)
 def _serialize_kept_rows(_, value: KeptRows, name: str, model: Model) -> dict:
@@ -234,7 +234,7 @@ def _serialize_kept_rows(_, value: KeptRows, name: str, model: Model) -> dict:
 
 @deserialize_attr.register(KeptRows)
 def _deserialize_kept_rows(_, value: dict, name: str, model: Model) -> KeptRows:
-    return _kept_rows_from_dict(value)
+    return KeptRows.from_dict(value)
 
 
 def weights_mark(layers: Sequence[Model]) -> Tuple:
