@@ -754,7 +754,8 @@ def test_benchmark_times_the_first_seeds_in_turn_and_keeps_each_ones_best_speed(
     speeds = iter([(900, 500), (1200, 400), (800, 700), (1000, 300)])  # rounds 2 and 3, a then b in each
     calls = []
 
-    def fake_run(command, log=None, kernel=""):
+    def fake_run(command, log=None, kernel="", timed=False):
+        assert timed  # a timed process keeps its heap between passes (KEEP_MEMORY)
         calls.append(Path(command[3]).parent.parent.name)
         words, first = next(speeds)
         Path(command[5]).write_text(json.dumps({"words_per_second": words, "first_pass_words_per_second": first,

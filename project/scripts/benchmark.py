@@ -9,7 +9,8 @@ embedding tables and optimizer (`ner`, `spancat`: is it the model or the feature
 decoding is tuned on dev (`spacy fofe tune`); nothing is chosen on test. Then, one process at a time
 and with nothing else running, each model is scored on test once and timed: words/s of `nlp.pipe` over
 the test texts (batch 1000) on a first pass (text the pipeline has never seen, after a start-up pass
-over STARTUP_DOCS dev docs, whose objects are then frozen out of the garbage collector's reach), then warm
+over STARTUP_DOCS dev docs, whose objects are then frozen out of the garbage collector's reach, in a process
+whose malloc keeps its heap between passes: KEEP_MEMORY), then warm
 (best of 3), and the same for the components alone (the
 tokenizer's time aside: on new text it makes the lexemes of new words, for every pipeline alike); the
 start-up (loading to the first doc out) apart;
@@ -57,8 +58,18 @@ ROOT = Path(__file__).resolve().parents[2]
 # One thread for every system, in training and measurement alike: spaCy's blis runs on one,
 # while numpy's BLAS (fofe_ner's matrix products, spacy_fofe/ml/ops.py) would take every core.
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-# Docs of other text (the dev split) run through a pipeline after loading and before the first pass.
-STARTUP_DOCS = 200
+# glibc's malloc, for the timed processes: arrays up to 32 MB (its largest setting) from the heap, and the heap
+# kept between passes rather than handed back, so that a pass reuses the memory the passes before it touched,
+# as in a long-running process, rather than measuring how fast the system supplies new pages (on a virtual
+# machine whose host reclaims free memory, a first touch cost ~12 ms a MB and halved the peers' first pass).
+KEEP_MEMORY = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(4 << 30)}
+# Docs a timed pass gives nlp.pipe at a time.
+BATCH_DOCS = 1000
+# Docs of other text (the dev split) run through a pipeline after loading and before the first pass: one
+# whole batch, so that the process's first batch-sized arrays are made there. Their memory is new to the
+# process, and its first touch can cost more than the work (~12 ms a MB on a virtual machine whose host
+# reclaims free memory); with a smaller start-up the first pass of one-sentence docs measured that.
+STARTUP_DOCS = BATCH_DOCS
 # The embedding the `ner` / `spancat` peers get when the first config has no hash embedding to copy (the
 # vectors configs): spaCy's MultiHashEmbed with our attributes and sizes.
 EMBED = {"width": 128, "attrs": ["NORM", "LOWER", "PREFIX", "SUFFIX", "SHAPE"], "rows": [5000, 5000, 1000, 2500, 2500]}
@@ -338,16 +349,18 @@ def model_of(run: Run) -> Path:
     return run.out / ("model-tuned" if run.is_fofe else "model-best")
 
 
-def run_measured(command, log: Optional[Path] = None, kernel: str = ""):
+def run_measured(command, log: Optional[Path] = None, kernel: str = "", timed: bool = False):
     """Run a command on one thread (its output to `log` when given); return (seconds, peak RSS in MB).
-    With `kernel`, on one core (the first this process may use) with OpenBLAS's `kernel` forced."""
+    With `kernel`, on one core (the first this process may use) with OpenBLAS's `kernel` forced; `timed`:
+    a process that times passes (KEEP_MEMORY)."""
     start = time.perf_counter()
     with open(log, "w") if log else open(os.devnull, "w") as sink:
         output = {"stdout": sink, "stderr": subprocess.STDOUT} if log else {}
         if kernel:
             core = min(os.sched_getaffinity(0))
             output["preexec_fn"] = lambda: os.sched_setaffinity(0, {core})
-        env = {**os.environ, **ONE_THREAD, **({"OPENBLAS_CORETYPE": kernel} if kernel else {})}
+        env = {**os.environ, **ONE_THREAD, **({"OPENBLAS_CORETYPE": kernel} if kernel else {}),
+               **(KEEP_MEMORY if timed else {})}
         process = subprocess.Popen([str(part) for part in command], env=env, **output)
         _, status, usage = os.wait4(process.pid, 0)
     seconds = time.perf_counter() - start
@@ -381,14 +394,14 @@ def measure(model: str, test: str, result: str, gpu_id: int, cpu_ops: str = "num
     startup = time.perf_counter() - start
     # A start-up pass over other text (the dev split), then the first pass over the test texts: text the
     # pipeline has never seen, as a user's new text is (spaCy makes its lexemes, features of new words).
-    list(nlp.pipe(other, batch_size=1000))
+    list(nlp.pipe(other, batch_size=BATCH_DOCS))
     texts = [eg.reference.text for eg in Corpus(test)(spacy.blank(nlp.lang))]
     freeze_startup_objects()
     first = _timed_pass(nlp, texts)
     # Scored on spaCy's own reader's examples (what `spacy evaluate` does); timed on raw texts.
     examples = list(Corpus(test)(nlp))
     words = sum(len(eg.reference) for eg in examples)
-    for eg, doc in zip(examples, nlp.pipe([eg.predicted for eg in examples], batch_size=1000)):
+    for eg, doc in zip(examples, nlp.pipe([eg.predicted for eg in examples], batch_size=BATCH_DOCS)):
         eg.predicted = doc
     warm = [_timed_pass(nlp, texts) for _ in range(3)]
     gc.unfreeze()  # for a caller in its own process (a test): the objects go back to the collector
@@ -428,7 +441,7 @@ def _timed_pass(nlp, texts: List[str]) -> Tuple[float, float]:
     start = time.perf_counter()
     docs = [nlp.make_doc(text) for text in texts]
     tokenized = time.perf_counter()
-    list(nlp.pipe(docs, batch_size=1000))
+    list(nlp.pipe(docs, batch_size=BATCH_DOCS))
     return tokenized - start, time.perf_counter() - tokenized
 
 
@@ -446,7 +459,7 @@ def _other_texts(test: str, lang: str) -> List[str]:
 def measure_in_process(args, run: Run, result: Path, cpu_ops: str = "numpy_blas") -> dict:
     """`--measure` in a fresh process on one thread: its figures, with its peak memory in MB."""
     _, peak = run_measured([sys.executable, __file__, "--measure", model_of(run), run.corpus / "test.spacy", result,
-                            "--gpu-id", args.gpu_id, "--cpu-ops", cpu_ops], kernel=args.openblas_kernel)
+                            "--gpu-id", args.gpu_id, "--cpu-ops", cpu_ops], kernel=args.openblas_kernel, timed=True)
     return {**json.loads(result.read_text()), "inference_peak_mb": round(peak)}
 
 
@@ -667,9 +680,11 @@ def protocol(args, runs: List[Run], rows: Optional[List[dict]] = None) -> str:
                    + (f"; not run: {', '.join(left)}" if left else "") + ". ")
     if args.nested and any(run.system.startswith("ner") for run in runs):
         scored += "spaCy's `ner` learns the outer level (doc.ents) alone: on nested data it is the speed reference. "
-    return (scored + "Words/s: the first seed's model, `nlp.pipe` over the test texts, batch 1000, one thread; "
+    return (scored + "Words/s: the first seed's model, `nlp.pipe` over the test texts, "
+            f"batch {BATCH_DOCS}, one thread; "
             f"first pass after a start-up pass over {STARTUP_DOCS} dev docs (the start-up's objects then frozen out "
-            "of Python's garbage collector, gc.freeze, as a long-running service would), warm the best of 3 (the "
+            "of Python's garbage collector, gc.freeze, and malloc keeping its heap between passes, as a long-running "
+            "service would), warm the best of 3 (the "
             "components alone: without the tokenizer's time, which on new text makes the lexemes of new words); "
             f"best of {args.speed_rounds} rounds taking the systems in turn. "
             + ("A config trained on another form of the corpus (whole documents) is compared with the stock peers "
