@@ -66,9 +66,7 @@ KEEP_MEMORY = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_"
 # Docs a timed pass gives nlp.pipe at a time.
 BATCH_DOCS = 1000
 # Docs of other text (the dev split) run through a pipeline after loading and before the first pass: one
-# whole batch, so that the process's first batch-sized arrays are made there. Their memory is new to the
-# process, and its first touch can cost more than the work (~12 ms a MB on a virtual machine whose host
-# reclaims free memory); with a smaller start-up the first pass of one-sentence docs measured that.
+# whole batch, so that the process's first batch-sized arrays, on memory new to it, are made there (KEEP_MEMORY).
 STARTUP_DOCS = BATCH_DOCS
 # The embedding the `ner` / `spancat` peers get when the first config has no hash embedding to copy (the
 # vectors configs): spaCy's MultiHashEmbed with our attributes and sizes.
