@@ -755,7 +755,7 @@ def test_benchmark_times_the_first_seeds_in_turn_and_keeps_each_ones_best_speed(
     calls = []
 
     def fake_run(command, log=None, kernel="", timed=False):
-        assert timed  # a timed process keeps its heap between passes (KEEP_MEMORY)
+        assert timed  # a timed process's memory stays as a long-running process's (STEADY_MEMORY)
         calls.append(Path(command[3]).parent.parent.name)
         words, first = next(speeds)
         Path(command[5]).write_text(json.dumps({"words_per_second": words, "first_pass_words_per_second": first,

@@ -10,7 +10,7 @@ decoding is tuned on dev (`spacy fofe tune`); nothing is chosen on test. Then, o
 and with nothing else running, each model is scored on test once and timed: words/s of `nlp.pipe` over
 the test texts (batch 1000) on a first pass (text the pipeline has never seen, after a start-up pass
 over STARTUP_DOCS dev docs, whose objects are then frozen out of the garbage collector's reach, in a process
-whose malloc keeps its heap between passes: KEEP_MEMORY), then warm
+whose memory stays as a long-running process's: STEADY_MEMORY), then warm
 (best of 3), and the same for the components alone (the
 tokenizer's time aside: on new text it makes the lexemes of new words, for every pipeline alike); the
 start-up (loading to the first doc out) apart;
@@ -58,15 +58,18 @@ ROOT = Path(__file__).resolve().parents[2]
 # One thread for every system, in training and measurement alike: spaCy's blis runs on one,
 # while numpy's BLAS (fofe_ner's matrix products, spacy_fofe/ml/ops.py) would take every core.
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-# glibc's malloc, for the timed processes: arrays up to 32 MB (its largest setting) from the heap, and the heap
-# kept between passes rather than handed back, so that a pass reuses the memory the passes before it touched,
-# as in a long-running process, rather than measuring how fast the system supplies new pages (on a virtual
-# machine whose host reclaims free memory, a first touch cost ~12 ms a MB and halved the peers' first pass).
-KEEP_MEMORY = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(4 << 30)}
+# The timed processes' memory, as in a long-running process, so that a pass does not measure how fast the
+# system supplies new pages: glibc's malloc takes arrays up to 32 MB (its largest setting) from the heap and keeps
+# the heap between passes, so a pass reuses the memory the passes before it touched; and numpy does not advise
+# huge pages for its arrays (a documented numpy setting): with the kernel's transparent huge pages on "madvise",
+# defragmentation included, a first touch of each advised array stalls on compacting memory (on this project's
+# virtual machines numpy.ones of 80 MB took 1.1 s, 0.03 s without the advice, and the peers' first pass halved).
+STEADY_MEMORY = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(4 << 30),
+                 "NUMPY_MADVISE_HUGEPAGE": "0"}
 # Docs a timed pass gives nlp.pipe at a time.
 BATCH_DOCS = 1000
 # Docs of other text (the dev split) run through a pipeline after loading and before the first pass: one
-# whole batch, so that the process's first batch-sized arrays, on memory new to it, are made there (KEEP_MEMORY).
+# whole batch, so that the process's first batch-sized arrays, on memory new to it, are made there (STEADY_MEMORY).
 STARTUP_DOCS = BATCH_DOCS
 # The embedding the `ner` / `spancat` peers get when the first config has no hash embedding to copy (the
 # vectors configs): spaCy's MultiHashEmbed with our attributes and sizes.
@@ -350,7 +353,7 @@ def model_of(run: Run) -> Path:
 def run_measured(command, log: Optional[Path] = None, kernel: str = "", timed: bool = False):
     """Run a command on one thread (its output to `log` when given); return (seconds, peak RSS in MB).
     With `kernel`, on one core (the first this process may use) with OpenBLAS's `kernel` forced; `timed`:
-    a process that times passes (KEEP_MEMORY)."""
+    a process that times passes (STEADY_MEMORY)."""
     start = time.perf_counter()
     with open(log, "w") if log else open(os.devnull, "w") as sink:
         output = {"stdout": sink, "stderr": subprocess.STDOUT} if log else {}
@@ -358,7 +361,7 @@ def run_measured(command, log: Optional[Path] = None, kernel: str = "", timed: b
             core = min(os.sched_getaffinity(0))
             output["preexec_fn"] = lambda: os.sched_setaffinity(0, {core})
         env = {**os.environ, **ONE_THREAD, **({"OPENBLAS_CORETYPE": kernel} if kernel else {}),
-               **(KEEP_MEMORY if timed else {})}
+               **(STEADY_MEMORY if timed else {})}
         process = subprocess.Popen([str(part) for part in command], env=env, **output)
         _, status, usage = os.wait4(process.pid, 0)
     seconds = time.perf_counter() - start
@@ -680,9 +683,10 @@ def protocol(args, runs: List[Run], rows: Optional[List[dict]] = None) -> str:
         scored += "spaCy's `ner` learns the outer level (doc.ents) alone: on nested data it is the speed reference. "
     return (scored + "Words/s: the first seed's model, `nlp.pipe` over the test texts, "
             f"batch {BATCH_DOCS}, one thread; "
-            f"first pass after a start-up pass over {STARTUP_DOCS} dev docs (the start-up's objects then frozen out "
-            "of Python's garbage collector, gc.freeze, and malloc keeping its heap between passes, as a long-running "
-            "service would), warm the best of 3 (the "
+            f"first pass after a start-up pass over up to {STARTUP_DOCS} dev docs (the start-up's objects then "
+            "frozen out of Python's garbage collector, gc.freeze; malloc keeping its heap between passes and numpy "
+            "advising no huge pages, NUMPY_MADVISE_HUGEPAGE=0, as memory is in a long-running service), warm the "
+            "best of 3 (the "
             "components alone: without the tokenizer's time, which on new text makes the lexemes of new words); "
             f"best of {args.speed_rounds} rounds taking the systems in turn. "
             + ("A config trained on another form of the corpus (whole documents) is compared with the stock peers "
