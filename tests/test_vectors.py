@@ -78,6 +78,33 @@ def test_a_pipeline_without_vectors_is_a_clear_error(make):
         make().initialize(X=[spacy.blank("en")("a b")])
 
 
+@pytest.mark.parametrize("make", [WordVectors, TunedVectors])
+def test_rows_are_those_vectors_find_gives_and_follow_the_table_as_it_changes(make):
+    """The layers find rows in an index of the table's keys (no lookup per token): the same rows as spaCy's
+    Vectors.find, for a table that grows, for one whose keys point elsewhere, and for another table."""
+    nlp = spacy.blank("en")
+    rng = numpy.random.default_rng(0)
+    words = [f"w{i}" for i in range(300)]
+    for word in words[::2]:
+        nlp.vocab.set_vector(word, rng.normal(size=4).astype("float32"))
+    layer = make("LOWER")
+    doc = nlp(" ".join(rng.permutation(words * 3)))  # each word three times, half of them with a vector
+    layer.initialize(X=[doc])
+
+    def expected_rows():  # the table's row of each token (the unknown row: zeros at first)
+        rows = nlp.vocab.vectors.find(keys=doc.to_array("LOWER"))
+        return numpy.where((rows >= 0)[:, None], nlp.vocab.vectors.data[rows], 0.0)
+
+    numpy.testing.assert_array_equal(layer.predict([doc])[0], expected_rows())
+    if make is WordVectors:  # the frozen layer reads the vocab's table as it is now
+        nlp.vocab.set_vector("w1", numpy.full(4, 5.0, dtype="float32"))  # a word gains a vector
+        numpy.testing.assert_array_equal(layer.predict([doc])[0], expected_rows())
+        keys = list(nlp.vocab.vectors.key2row)  # another table: each key its vector, in another row
+        table = numpy.stack([nlp.vocab.vectors[key] for key in keys])
+        nlp.vocab.vectors = Vectors(strings=nlp.vocab.strings, data=table[::-1].copy(), keys=keys[::-1])
+        numpy.testing.assert_array_equal(layer.predict([doc])[0], expected_rows())
+
+
 @pytest.mark.parametrize("make,param", [(WordVectors, "U"), (TunedVectors, "E")])
 def test_word_dropout_sends_a_share_of_the_tokens_to_the_unknown_row_in_training_only(nlp, make, param):
     layer = make("LOWER", word_dropout=0.5)

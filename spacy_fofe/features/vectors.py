@@ -30,6 +30,8 @@ from spacy.vectors import Vectors
 from thinc.api import Model, get_array_module, to_numpy
 from thinc.types import Floats2d
 
+from .sorted_ids import SortedIndex
+
 
 @registry.layers("spacy_fofe.WordVectors.v1")
 def WordVectors(attr: str = "LOWER", word_dropout: float = 0.0,
@@ -95,11 +97,28 @@ def _rows(model: Model, vectors, keys: numpy.ndarray, is_train: bool) -> numpy.n
     if vectors.mode == "floret":  # every word has a vector; 0 only marks it found
         rows = numpy.zeros(len(keys), dtype="int64")
     else:
-        rows = to_numpy(vectors.find(keys=keys)).astype("int64")  # a table on the GPU finds on the GPU
+        rows = _key_rows(vectors).find(keys)
     rate = model.attrs.get("word_dropout", 0.0)  # pipelines saved before the setting lack it
     if is_train and rate > 0.0:
         rows[numpy.random.uniform(size=len(rows)) < rate] = -1
     return rows
+
+
+# The last vectors table's keys and rows, and what tells that table apart (`_key_rows`).
+_KEY_ROWS: dict = {"mark": None, "index": SortedIndex()}
+
+
+def _key_rows(vectors: Vectors) -> SortedIndex:
+    """The table's keys and their rows as a SortedIndex, made when a batch first reads the table: a batch's
+    rows are then one binary search per distinct key, where `Vectors.find` looks each token's key up in
+    Python. Made again for another table, or one with other keys (its key2row another dict or size)."""
+    key2row = vectors.key2row
+    mark = (id(vectors), id(key2row), len(key2row), vectors.shape)
+    if _KEY_ROWS["mark"] != mark:
+        keys = numpy.fromiter(key2row.keys(), dtype=numpy.uint64, count=len(key2row))
+        rows = numpy.fromiter(key2row.values(), dtype=numpy.int64, count=len(key2row))
+        _KEY_ROWS.update(mark=mark, index=SortedIndex(keys, rows))
+    return _KEY_ROWS["index"]
 
 
 def _frozen_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats2d], Callable]:
