@@ -81,7 +81,7 @@ def test_a_pipeline_without_vectors_is_a_clear_error(make):
 @pytest.mark.parametrize("make", [WordVectors, TunedVectors])
 def test_rows_are_those_vectors_find_gives_and_follow_the_table_as_it_changes(make):
     """The layers find rows in an index of the table's keys (no lookup per token): the same rows as spaCy's
-    Vectors.find, for a table that grows, for one whose keys point elsewhere, and for another table."""
+    Vectors.find, for a table that grows and for another table whose keys point to other rows."""
     nlp = spacy.blank("en")
     rng = numpy.random.default_rng(0)
     words = [f"w{i}" for i in range(300)]

@@ -20,7 +20,7 @@ word a vector from its character n-grams. Either way the vocab's vectors must st
 model was trained with.
 """
 
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy
 from spacy.attrs import intify_attr
@@ -104,8 +104,8 @@ def _rows(model: Model, vectors, keys: numpy.ndarray, is_train: bool) -> numpy.n
     return rows
 
 
-# The last vectors table's keys and rows, and what tells that table apart (`_key_rows`).
-_KEY_ROWS: dict = {"mark": None, "index": SortedIndex()}
+# The last vectors table's keys and rows, by what tells that table apart (`_key_rows`).
+_KEY_ROWS: Dict[tuple, SortedIndex] = {}
 
 
 def _key_rows(vectors: Vectors) -> SortedIndex:
@@ -114,11 +114,14 @@ def _key_rows(vectors: Vectors) -> SortedIndex:
     Python. Made again for another table, or one with other keys (its key2row another dict or size)."""
     key2row = vectors.key2row
     mark = (id(vectors), id(key2row), len(key2row), vectors.shape)
-    if _KEY_ROWS["mark"] != mark:
+    index = _KEY_ROWS.get(mark)
+    if index is None:
         keys = numpy.fromiter(key2row.keys(), dtype=numpy.uint64, count=len(key2row))
         rows = numpy.fromiter(key2row.values(), dtype=numpy.int64, count=len(key2row))
-        _KEY_ROWS.update(mark=mark, index=SortedIndex(keys, rows))
-    return _KEY_ROWS["index"]
+        index = SortedIndex(keys, rows)
+        _KEY_ROWS.clear()  # one table at a time: a pipeline reads its vocab's
+        _KEY_ROWS[mark] = index
+    return index
 
 
 def _frozen_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats2d], Callable]:
