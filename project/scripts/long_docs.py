@@ -1,6 +1,7 @@
 """Words/s and peak memory of a trained pipeline against a document's length and against n.
 
-Every case runs in a fresh process (peak RSS is per process), on the sentences of a .spacy
+Every case runs in a fresh process (peak RSS is per process; one thread and the benchmark's STEADY_MEMORY),
+on the sentences of a .spacy
 corpus repeated as needed (tokenization is not timed):
 - length: L tokens annotated as ONE doc, and the same tokens as the sentence-sized docs they
   came as (nlp.pipe), for each L in --lengths. Their words/s ratio is what a user pays for
@@ -15,12 +16,14 @@ project/RESULTS.md (--results).
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from benchmark import ONE_THREAD, STEADY_MEMORY
 from results import RESULTS, write_section
 
 
@@ -82,7 +85,9 @@ def run_case(args, mode: str, n_tokens: int, max_length: int) -> dict:
     repeats = 1 if n_tokens > 100_000 else min(20, max(3, 100_000 // n_tokens))
     command = [sys.executable, __file__, "--case", args.model, args.corpus, mode, str(n_tokens), str(max_length),
                str(repeats)]
-    out = subprocess.run(command, capture_output=True, text=True)
+    # One thread and the memory of a long-running process, as the benchmark times: without them a 1,000,000-token
+    # doc's new arrays stalled on this machine's huge-page compaction (70,418 words/s, 132,730 with them).
+    out = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **ONE_THREAD, **STEADY_MEMORY})
     if out.returncode != 0:
         raise SystemExit(f"case {mode} {n_tokens} tokens n={max_length} failed:\n{out.stderr[-3000:]}")
     row = json.loads(out.stdout.strip().splitlines()[-1])
