@@ -86,7 +86,7 @@ def run_case(args, mode: str, n_tokens: int, max_length: int) -> dict:
     command = [sys.executable, __file__, "--case", args.model, args.corpus, mode, str(n_tokens), str(max_length),
                str(repeats)]
     # One thread and the memory of a long-running process, as the benchmark times: without them a 1,000,000-token
-    # doc's new arrays stalled on this machine's huge-page compaction (70,418 words/s, 132,730 with them).
+    # doc's new arrays stalled on huge-page compaction on this project's machines, halving its words/s.
     out = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **ONE_THREAD, **STEADY_MEMORY})
     if out.returncode != 0:
         raise SystemExit(f"case {mode} {n_tokens} tokens n={max_length} failed:\n{out.stderr[-3000:]}")
