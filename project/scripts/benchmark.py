@@ -681,13 +681,12 @@ def protocol(args, runs: List[Run], rows: Optional[List[dict]] = None) -> str:
                    + (f"; not run: {', '.join(left)}" if left else "") + ". ")
     if args.nested and any(run.system.startswith("ner") for run in runs):
         scored += "spaCy's `ner` learns the outer level (doc.ents) alone: on nested data it is the speed reference. "
-    return (scored + "Words/s: the first seed's model, `nlp.pipe` over the test texts, "
-            f"batch {BATCH_DOCS}, one thread; "
-            f"first pass after a start-up pass over up to {STARTUP_DOCS} dev docs (the start-up's objects then "
-            "frozen out of Python's garbage collector, gc.freeze; malloc keeping its heap between passes and numpy "
-            "advising no huge pages, NUMPY_MADVISE_HUGEPAGE=0, as memory is in a long-running service), warm the "
-            "best of 3 (the "
-            "components alone: without the tokenizer's time, which on new text makes the lexemes of new words); "
+    return (scored + f"Words/s: the first seed's model, `nlp.pipe` over the test texts, batch {BATCH_DOCS}, one "
+            f"thread; first pass after a start-up pass over up to {STARTUP_DOCS} dev docs (the start-up's objects "
+            "then frozen out of Python's garbage collector, gc.freeze; malloc keeping its heap between passes and "
+            "numpy advising no huge pages, NUMPY_MADVISE_HUGEPAGE=0, as memory is in a long-running service), warm "
+            "the best of 3 (the components alone: without the tokenizer's time, which on new text makes the "
+            "lexemes of new words); "
             f"best of {args.speed_rounds} rounds taking the systems in turn. "
             + ("A config trained on another form of the corpus (whole documents) is compared with the stock peers "
                "timed on its test texts (\"PEER on CORPUS\"). " if same_text_runs(runs) else "")

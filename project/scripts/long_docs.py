@@ -1,8 +1,7 @@
 """Words/s and peak memory of a trained pipeline against a document's length and against n.
 
 Every case runs in a fresh process (peak RSS is per process; one thread and the benchmark's STEADY_MEMORY),
-on the sentences of a .spacy
-corpus repeated as needed (tokenization is not timed):
+on the sentences of a .spacy corpus repeated as needed (tokenization is not timed):
 - length: L tokens annotated as ONE doc, and the same tokens as the sentence-sized docs they
   came as (nlp.pipe), for each L in --lengths. Their words/s ratio is what a user pays for
   not splitting a document; both should grow linearly.
