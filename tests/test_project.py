@@ -948,15 +948,20 @@ def test_results_machine_names_the_cpu_by_name_family_and_model(tmp_path):
 def test_results_commit_is_marked_changed_by_code_edits_not_by_the_results_file(tmp_path, monkeypatch):
     results = load_benchmark_script("results")
     repo = tmp_path / "repo"
-    (repo / "project").mkdir(parents=True)
+    (repo / "project" / "metrics").mkdir(parents=True)
     (repo / "code.py").write_text("a = 1\n")
     (repo / "project" / "RESULTS.md").write_text("# Results\n")
+    (repo / "project" / results.raw_name("A")).write_text("{}\n")
+    (tmp_path / "a.json").write_text('{"a": 1}\n')
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
     subprocess.run(git + ["init", "-q"], check=True)
     subprocess.run(git + ["add", "."], check=True)
     subprocess.run(git + ["commit", "-qm", "start"], check=True)
     monkeypatch.setattr(results, "RESULTS", repo / "project" / "RESULTS.md")
-    results.write_section("A", "| a |", command="run a", path=results.RESULTS)  # the file's own edit
+    # the file's own edit and its committed raw figures rewritten
+    results.write_section("A", "| a |", command="run a", path=results.RESULTS, raw=tmp_path / "a.json")
+    status = subprocess.run(git + ["status", "--porcelain"], capture_output=True, text=True).stdout
+    assert "project/metrics/a.json" in status and "project/RESULTS.md" in status
     assert "uncommitted" not in results.commit()
     (repo / "code.py").write_text("a = 2\n")
     assert results.commit().endswith(" (with uncommitted changes)")

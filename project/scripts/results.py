@@ -53,8 +53,10 @@ def commit() -> str:
         return out.stdout.strip() if out.returncode == 0 else ""
 
     head = git("rev-parse", "--short", "HEAD") or "unknown"
-    # The results file's own edits (an earlier section written in the same session) are not code changes.
-    changed = git("status", "--porcelain", "--untracked-files=no", "--", ":/", f":(exclude){RESULTS.name}")
+    # What the benchmarks write (an earlier section of the same session, in the results file and its raw
+    # figures under metrics/) is not a code change.
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ":/", f":(exclude){RESULTS.name}",
+                  ":(exclude)metrics")
     return head + (" (with uncommitted changes)" if changed else "")
 
 
