@@ -945,7 +945,7 @@ def test_results_machine_names_the_cpu_by_name_family_and_model(tmp_path):
     assert f", {results.cpu_name()}, " in results.machine() or not results.cpu_name()
 
 
-def test_results_commit_is_marked_changed_by_code_edits_not_by_the_results_file(tmp_path, monkeypatch):
+def test_results_commit_is_marked_changed_by_code_edits_not_by_what_the_benchmarks_write(tmp_path, monkeypatch):
     results = load_benchmark_script("results")
     repo = tmp_path / "repo"
     (repo / "project" / "metrics").mkdir(parents=True)

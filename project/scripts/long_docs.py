@@ -84,8 +84,8 @@ def run_case(args, mode: str, n_tokens: int, max_length: int) -> dict:
     repeats = 1 if n_tokens > 100_000 else min(20, max(3, 100_000 // n_tokens))
     command = [sys.executable, __file__, "--case", args.model, args.corpus, mode, str(n_tokens), str(max_length),
                str(repeats)]
-    # One thread and the memory of a long-running process, as the benchmark times: without them a 1,000,000-token
-    # doc's new arrays stalled on huge-page compaction on this project's machines, halving its words/s.
+    # One thread and the memory of a long-running process, as the benchmark times: without them a long doc's new
+    # arrays can stall on huge-page compaction, which times the kernel's memory instead of the model.
     out = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **ONE_THREAD, **STEADY_MEMORY})
     if out.returncode != 0:
         raise SystemExit(f"case {mode} {n_tokens} tokens n={max_length} failed:\n{out.stderr[-3000:]}")

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 RESULTS = Path(__file__).resolve().parents[1] / "RESULTS.md"
+# The folder beside RESULTS.md that holds each section's raw figures.
+METRICS = "metrics"
 HEADER = ("# Results\n\nWritten by the project's benchmarks (`spacy project run benchmark` in `project/`), "
           "one section per benchmark, each from its latest run. Ratios compare systems measured in the same "
           "run on the same machine.\n")
@@ -54,15 +56,15 @@ def commit() -> str:
 
     head = git("rev-parse", "--short", "HEAD") or "unknown"
     # What the benchmarks write (an earlier section of the same session, in the results file and its raw
-    # figures under metrics/) is not a code change.
+    # figures) is not a code change.
     changed = git("status", "--porcelain", "--untracked-files=no", "--", ":/", f":(exclude){RESULTS.name}",
-                  ":(exclude)metrics")
+                  f":(exclude){METRICS}")
     return head + (" (with uncommitted changes)" if changed else "")
 
 
 def raw_name(title: str) -> str:
     """The raw figures' file of a section: metrics/<title in lower case, words joined by dashes>.json."""
-    return "metrics/" + re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") + ".json"
+    return f"{METRICS}/" + re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") + ".json"
 
 
 def write_section(title: str, body: str, configs: Sequence[str] = (), command: str = "",
