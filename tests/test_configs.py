@@ -148,11 +148,12 @@ def test_config_builds_initializes_and_overfits_a_few_docs(path, tmp_path):
     # Pickled, as nlp.pipe(n_process=...) sends the pipeline to spawned processes (macOS, Windows).
     unpickled = pickle.loads(pickle.dumps(reloaded))
     assert [predicted(unpickled(text), key) for text, _ in data] == [predicted(doc, key) for doc in docs]
-    if "senter" in nlp.pipe_names:
-        # The senter fills in the starts of a doc that has none and keeps those a doc comes with.
-        assert reloaded(data[0][0]).has_annotation("SENT_START")
-        given = reloaded.make_doc(data[0][0])
-        starts = [i in (0, 2) for i in range(len(given))]
-        for token, start in zip(given, starts):
-            token.is_sent_start = start
-        assert [token.is_sent_start for token in reloaded(given)] == starts
+    # No shipped config's fofe_ner reads sentence starts (raw text needs no senter): a doc with starts scores
+    # as the same doc without them (where nothing runs before fofe_ner whose output the starts could change).
+    if reloaded.pipe_names == ["fofe_ner"]:
+        plain, split = reloaded.make_doc(data[0][0]), reloaded.make_doc(data[0][0])
+        for token in split:
+            token.is_sent_start = token.i in (0, 2)
+        pipe = reloaded.get_pipe("fofe_ner")
+        for a, b in zip(pipe.predict([plain]), pipe.predict([split])):
+            numpy.testing.assert_array_equal(a, b)
