@@ -431,7 +431,7 @@ def bench_args(config="germeval.cfg", **settings):
     values = {"configs": configs, "corpus": "corpus", "out": "out", "peers": "ner-stock,spancat-stock",
               "seeds": [0, 1, 2], "small": False, "lang": "de", "max_length": 7, "max_steps": 0, "peer_steps": 0,
               "gpu_id": -1, "paths": {}, "speed_rounds": 3, "jobs": 2, "blis": False, "only": "",
-              "speed_only": False, "nested": False, "openblas_kernel": ""}
+              "speed_only": False, "nested": False, "openblas_kernel": "", "section": ""}
     return argparse.Namespace(**{**values, **settings})
 
 
@@ -566,8 +566,14 @@ def test_benchmark_plans_seeds_per_system_and_a_corpus_per_config():
     # A run of some systems says so in its section: which ran, and which shipped configs did not.
     assert "Systems run: conll, ner-stock (--only); not run: conll_documents, germeval_transformer. " in (
         benchmark.protocol(args, benchmark.plan(args)))
-    args.only = ""
+    # ... and writes its own section, never the one of a run of all of them.
+    assert benchmark.section_title(args, benchmark.plan(args), "cpu") == "Benchmark on corpus: conll, ner-stock"
+    args.speed_only, args.openblas_kernel = True, "Haswell"
+    assert benchmark.section_title(args, benchmark.plan(args), "cpu") == (
+        "Speed on corpus, cpu, one core, OpenBLAS Haswell kernel: conll, ner-stock")
+    args.only, args.speed_only, args.openblas_kernel = "", False, ""
     assert "--only" not in benchmark.protocol(args, benchmark.plan(args))
+    assert benchmark.section_title(args, benchmark.plan(args), "cpu") == "Benchmark on corpus"
     assert benchmark.settings_error(bench_args("conll.cfg", only="conll,spancat")) == (
         "--only: spancat not among the configs and peers of this run")
 

@@ -24,7 +24,8 @@ A training is reused only when its fingerprint matches what this run would train
 spacy_fofe's sources: all of them for a fofe_ner config, those its config runs for a peer). Writes
 OUT/benchmark.json (one row per model, the raw figures), OUT/benchmark.md (mean and standard deviation
 over the seeds, speed ratios to the stock peers) and the section "Benchmark on CORPUS" of
-project/RESULTS.md with its raw figures in project/metrics/.
+project/RESULTS.md with its raw figures in project/metrics/ (a run of some systems alone, --only, writes
+"Benchmark on CORPUS: SYSTEMS" instead, leaving a fuller run's figures in place).
 
     python scripts/benchmark.py corpus/conll metrics/benchmark-conll --lang en \
         --configs ../configs/conll.cfg,../configs/conll_documents.cfg=corpus/conll-docs --paths.vectors vectors/glove50
@@ -660,12 +661,23 @@ def main() -> None:
     (out / f"{stem}.md").write_text(table)
     print(table)
     plot(rows, out / f"{stem}.png")
-    title = args.section or (f"Speed on {Path(args.corpus).name}, {rows[0]['device']}" if args.speed_only
-                             else f"Benchmark on {Path(args.corpus).name}")
-    if args.openblas_kernel and not args.section:
-        title += f", one core, OpenBLAS {args.openblas_kernel} kernel"
-    write_section(title, protocol(args, runs, rows) + "\n\n" + table, path=Path(args.results), raw=out / f"{stem}.json",
+    write_section(section_title(args, runs, rows[0]["device"]), protocol(args, runs, rows) + "\n\n" + table,
+                  path=Path(args.results), raw=out / f"{stem}.json",
                   configs=[str(path) for path, _ in config_specs(args.configs)])
+
+
+def section_title(args, runs: List[Run], device: str) -> str:
+    """The RESULTS.md section a run rewrites: a run of some systems alone (--only) names them, so that it
+    never replaces the figures of a run of others."""
+    if args.section:
+        return args.section
+    title = (f"Speed on {Path(args.corpus).name}, {device}" if args.speed_only
+             else f"Benchmark on {Path(args.corpus).name}")
+    if args.openblas_kernel:
+        title += f", one core, OpenBLAS {args.openblas_kernel} kernel"
+    if args.only:
+        title += ": " + ", ".join(dict.fromkeys(run.system for run in runs))
+    return title
 
 
 def protocol(args, runs: List[Run], rows: Optional[List[dict]] = None) -> str:
