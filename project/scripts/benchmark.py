@@ -676,20 +676,25 @@ def section_title(args, runs: List[Run], device: str) -> str:
     if args.openblas_kernel:
         title += f", one core, OpenBLAS {args.openblas_kernel} kernel"
     if args.only:
-        title += ": " + ", ".join(dict.fromkeys(run.system for run in runs))
+        title += ": " + ", ".join(systems(runs))
     return title
+
+
+def systems(runs: List[Run]) -> List[str]:
+    """The systems of the runs, each once, in the run's order."""
+    return list(dict.fromkeys(run.system for run in runs))
 
 
 def protocol(args, runs: List[Run], rows: Optional[List[dict]] = None) -> str:
     seeds = ", ".join(f"{system} {len([r for r in runs if r.system == system])}"
-                      for system in dict.fromkeys(r.system for r in runs))
+                      for system in systems(runs))
     scored = ("Speed only (the first seed's models of the benchmark, not retrained). " if args.speed_only else
               f"Test split, scored once per model; fofe_ner tuned on dev. Seeds per system: {seeds}; F1 etc.: mean "
               f"± sample sd over them. Peers trained {peer_steps(args)} steps; each fofe_ner config its own steps"
               + (f" (at most {args.max_steps})" if args.max_steps else "") + ". ")
     if args.only:
         left = sorted({path.stem for path, _ in config_specs(args.configs)} - {run.system for run in runs})
-        scored += (f"Systems run: {', '.join(dict.fromkeys(run.system for run in runs))} (--only)"
+        scored += (f"Systems run: {', '.join(systems(runs))} (--only)"
                    + (f"; not run: {', '.join(left)}" if left else "") + ". ")
     if args.nested and any(run.system.startswith("ner") for run in runs):
         scored += "spaCy's `ner` learns the outer level (doc.ents) alone: on nested data it is the speed reference. "
