@@ -673,6 +673,17 @@ def test_a_training_is_reused_only_when_config_data_and_code_match(tmp_path, mon
     assert [len(found) for found in trainings()] == [4, 4]
     source.write_text("x = 2\n")
     assert [len(found) for found in trainings()] == [5, 5]
+    # A source edited while a model trains: its record is of the code it trained with, so it trains again.
+    trainer = fake_trainer(commands)
+
+    def trainer_meanwhile_edited(command, log=None):
+        source.write_text("x = 4\n")
+        return trainer(command, log)
+
+    monkeypatch.setattr(benchmark, "run_measured", trainer_meanwhile_edited)
+    source.write_text("x = 3\n")
+    assert [len(found) for found in trainings()] == [6, 6]
+    assert [len(found) for found in trainings()] == [7, 7]
 
 
 def test_a_peers_training_depends_on_the_spacy_fofe_modules_its_config_runs_alone(tmp_path, monkeypatch):
@@ -969,8 +980,19 @@ def test_results_commit_is_marked_changed_by_code_edits_not_by_what_the_benchmar
     status = subprocess.run(git + ["status", "--porcelain"], capture_output=True, text=True).stdout
     assert "project/metrics/a.json" in status and "project/RESULTS.md" in status
     assert "uncommitted" not in results.commit()
+    (repo / "README.md").write_text("prose\n")  # committed, then edited: prose, not code
+    subprocess.run(git + ["add", "README.md"], check=True)
+    subprocess.run(git + ["commit", "-qm", "readme"], check=True)
+    (repo / "README.md").write_text("other prose\n")
+    assert "uncommitted" not in results.commit()
+    # A run that began at this commit and whose code changed before it wrote its section names both.
+    results.mark_start()
+    assert results.run_commit() == results.commit()
     (repo / "code.py").write_text("a = 2\n")
     assert results.commit().endswith(" (with uncommitted changes)")
+    assert results.run_commit() == f"{results.commit().split()[0]} at start, {results.commit()} when written"
+    results.write_section("A", "| b |", command="run a", path=results.RESULTS)
+    assert " at start, " in results.RESULTS.read_text()
 
 
 def test_the_ensemble_script_tunes_scores_and_times_on_the_gpu_it_trains_on(tmp_path, monkeypatch):

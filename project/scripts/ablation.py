@@ -36,7 +36,7 @@ import sys
 from pathlib import Path
 
 from benchmark import ONE_THREAD, USE_FEATURES, blocks, lexeme_tables
-from results import RESULTS, write_section
+from results import RESULTS, mark_start, write_section
 from spacy.util import load_config
 
 GROUPS = ("left_context", "right_context", "bag_of_words", "char_fofe")
@@ -227,6 +227,7 @@ def main() -> None:
     parser.add_argument("--speed-rounds", type=int, default=2, help="rounds of words/s measurement (0: none)")
     parser.add_argument("--results", default=str(RESULTS), help="the results file whose section this rewrites")
     args = parser.parse_args()
+    mark_start()
     names = args.variants.split(",")
     unknown = set(names) - set(VARIANTS)
     if unknown:

@@ -52,7 +52,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
-from results import RESULTS, write_section
+from results import RESULTS, mark_start, write_section
 from spacy.util import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -334,11 +334,12 @@ def train_and_tune(args, run: Run) -> dict:
             shutil.rmtree(run.out)
         run.out.mkdir(parents=True)
         (run.out / "config.cfg").write_text(config_text)
+        now = fingerprint(config_text, run.corpus)  # the code that trains it: taken before, as it may change meanwhile
         command = [sys.executable, "-m", "spacy", "train", str(run.out / "config.cfg"), "--output", str(run.out),
                    "--paths.train", str(run.corpus / "train.spacy"), "--paths.dev", str(run.corpus / "dev.spacy"),
                    "--gpu-id", str(args.gpu_id)]
         seconds, peak = run_measured(command, run.out / "train.log")
-        found = {"fingerprint": fingerprint(config_text, run.corpus), "train_seconds": round(seconds, 1),
+        found = {"fingerprint": now, "train_seconds": round(seconds, 1),
                  "train_peak_mb": round(peak)}
         (run.out / TRAINED).write_text(json.dumps(found))
     if run.is_fofe and not (run.out / "model-tuned").exists():
@@ -618,6 +619,7 @@ def main() -> None:
     args = parse_args()
     if args.measure:
         return measure(*args.measure, args.gpu_id, args.cpu_ops)
+    mark_start()
     runs = plan(args)
     for corpus in {run.corpus for run in runs}:
         missing = [split for split in ("train", "dev", "test") if not (corpus / f"{split}.spacy").exists()]

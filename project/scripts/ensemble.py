@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 
 from ablation import FINISHED, device_options, evaluate, run, words_per_second
-from results import RESULTS, write_section
+from results import RESULTS, mark_start, write_section
 from spacy.util import load_config
 
 
@@ -130,6 +130,7 @@ def main() -> None:
     parser.add_argument("--results", default=str(RESULTS), help="the results file whose section this rewrites")
     parser.add_argument("--section", default="", help="its title (default: Ensemble on CORPUS)")
     args, args.overrides = parser.parse_known_args()  # the rest goes to spacy train, e.g. --paths.vectors V
+    mark_start()
     if args.sentence_starts:
         args.overrides += ["--corpora.train.sentence_starts", "true", "--corpora.dev.sentence_starts", "true"]
     args.docs_corpus = None  # ablation.evaluate's documents form: sentence docs only here

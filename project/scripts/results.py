@@ -15,7 +15,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 RESULTS = Path(__file__).resolve().parents[1] / "RESULTS.md"
 # The folder beside RESULTS.md that holds each section's raw figures.
@@ -56,10 +56,25 @@ def commit() -> str:
 
     head = git("rev-parse", "--short", "HEAD") or "unknown"
     # What the benchmarks write (an earlier section of the same session, in the results file and its raw
-    # figures) is not a code change.
-    changed = git("status", "--porcelain", "--untracked-files=no", "--", ":/", f":(exclude){RESULTS.name}",
+    # figures) and prose (Markdown: the README, notes) are not code changes.
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ":/", ":(top,exclude,glob)**/*.md",
                   f":(exclude){METRICS}")
     return head + (" (with uncommitted changes)" if changed else "")
+
+
+_STARTED: List[str] = []  # commit() when the run began (mark_start)
+
+
+def mark_start() -> None:
+    """Note the tree as a long run begins: its trainings and timings run the code of that moment, so a
+    section written after the tree changed names both states."""
+    _STARTED[:] = [commit()]
+
+
+def run_commit() -> str:
+    """The section's commit: commit() now, and the one at mark_start where that differs."""
+    now = commit()
+    return now if not _STARTED or _STARTED[0] == now else f"{_STARTED[0]} at start, {now} when written"
 
 
 def raw_name(title: str) -> str:
@@ -76,7 +91,7 @@ def write_section(title: str, body: str, configs: Sequence[str] = (), command: s
     command = command or "python " + shlex.join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
     lines = [f"## {title}", "",
              f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
-             f"- commit: {commit()}; spaCy {spacy.__version__}",
+             f"- commit: {run_commit()}; spaCy {spacy.__version__}",
              f"- machine: {machine()}",
              f"- command (in `project/`): `{command}`"]
     if configs:
