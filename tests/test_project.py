@@ -986,6 +986,7 @@ def test_results_commit_is_marked_changed_by_code_edits_not_by_what_the_benchmar
     (repo / "README.md").write_text("other prose\n")
     assert "uncommitted" not in results.commit()
     # A run that began at this commit and whose code changed before it wrote its section names both.
+    monkeypatch.setattr(results, "_started", None)  # restored after the test
     results.mark_start()
     assert results.run_commit() == results.commit()
     (repo / "code.py").write_text("a = 2\n")

@@ -339,8 +339,7 @@ def train_and_tune(args, run: Run) -> dict:
                    "--paths.train", str(run.corpus / "train.spacy"), "--paths.dev", str(run.corpus / "dev.spacy"),
                    "--gpu-id", str(args.gpu_id)]
         seconds, peak = run_measured(command, run.out / "train.log")
-        found = {"fingerprint": now, "train_seconds": round(seconds, 1),
-                 "train_peak_mb": round(peak)}
+        found = {"fingerprint": now, "train_seconds": round(seconds, 1), "train_peak_mb": round(peak)}
         (run.out / TRAINED).write_text(json.dumps(found))
     if run.is_fofe and not (run.out / "model-tuned").exists():
         run_measured([sys.executable, "-m", "spacy", "fofe", "tune", str(run.out / "model-best"),

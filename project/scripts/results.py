@@ -15,7 +15,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
 RESULTS = Path(__file__).resolve().parents[1] / "RESULTS.md"
 # The folder beside RESULTS.md that holds each section's raw figures.
@@ -62,19 +62,20 @@ def commit() -> str:
     return head + (" (with uncommitted changes)" if changed else "")
 
 
-_STARTED: List[str] = []  # commit() when the run began (mark_start)
+_started: Optional[str] = None  # commit() when the run began (mark_start)
 
 
 def mark_start() -> None:
     """Note the tree as a long run begins: its trainings and timings run the code of that moment, so a
     section written after the tree changed names both states."""
-    _STARTED[:] = [commit()]
+    global _started
+    _started = commit()
 
 
 def run_commit() -> str:
     """The section's commit: commit() now, and the one at mark_start where that differs."""
     now = commit()
-    return now if not _STARTED or _STARTED[0] == now else f"{_STARTED[0]} at start, {now} when written"
+    return now if _started in (None, now) else f"{_started} at start, {now} when written"
 
 
 def raw_name(title: str) -> str:
