@@ -12,7 +12,8 @@ the test texts (batch 1000) on a first pass (text the pipeline has never seen, a
 over STARTUP_DOCS dev docs, whose objects are then frozen out of the garbage collector's reach, in a process
 whose memory stays as a long-running process's: STEADY_MEMORY), then warm
 (best of 3), and the same for the components alone (the
-tokenizer's time aside: on new text it makes the lexemes of new words, for every pipeline alike); the
+tokenizer's time aside: on new text it makes the lexemes of new words, for every pipeline alike), their
+first pass also without its time making the USE rows of words a pipeline ships none for; the
 start-up (loading to the first doc out) apart;
 peak memory (max RSS) of that process. The first seed's model of each system is timed again in
 --speed-rounds rounds that take the systems in turn, the best kept (this machine's speed drifts).
