@@ -89,8 +89,8 @@ _new_word_seconds = 0.0
 
 def new_word_seconds() -> float:
     """Seconds this process has spent making the rows of words that a `contextual="word"` layer had no row
-    for (their pieces, the CNN over them, the projection): the one cost of a first pass that shipped rows
-    cannot remove for a word never seen, which a benchmark reports apart."""
+    for (their pieces, the CNN over them, the projection, their share of the doc vector): what a word never
+    seen costs a first pass beyond a lookup, which a benchmark reports apart."""
     return _new_word_seconds
 
 
