@@ -401,10 +401,10 @@ def measure(model: str, test: str, result: str, gpu_id: int, cpu_ops: str = "num
     list(nlp.pipe(other, batch_size=BATCH_DOCS))
     texts = [eg.reference.text for eg in Corpus(test)(spacy.blank(nlp.lang))]
     freeze_startup_objects()
-    encoding = new_word_seconds()
+    encoding_before = new_word_seconds()
     first = _timed_pass(nlp, texts)
     # The first pass's time making the USE rows of words the pipeline ships none for, measured apart.
-    encoding = new_word_seconds() - encoding
+    encoding = new_word_seconds() - encoding_before
     # Scored on spaCy's own reader's examples (what `spacy evaluate` does); timed on raw texts.
     examples = list(Corpus(test)(nlp))
     words = sum(len(eg.reference) for eg in examples)
@@ -570,11 +570,12 @@ def speed_table(systems: Dict[str, List[dict]]) -> List[str]:
                 continue
             components = [row.get(prefix + key) for key in ("components_words_per_second",
                                                             "components_first_pass_words_per_second")]
+            without_new_words = row.get(prefix + NEW_WORDS_APART)
+            apart_cells = [f"{without_new_words / components[0]:.2f}" if without_new_words and components[0] else ""]
             cells = [name + (" (blis)" if prefix else ""), str(row[prefix + "first_pass_words_per_second"]),
                      str(row[prefix + "words_per_second"]),
                      f"{components[1] / components[0]:.2f}" if all(components) else "",
-                     *([f"{row[prefix + NEW_WORDS_APART] / components[0]:.2f}"
-                        if components[0] and row.get(prefix + NEW_WORDS_APART) else ""] if apart else []),
+                     *(apart_cells if apart else []),
                      str(row.get(prefix + "startup_seconds", "")),
                      str(row["inference_peak_mb"]) if not prefix else ""]
             peers = [same_text.get((name, row.get("corpus")), own) for name, own in stock.items()]
