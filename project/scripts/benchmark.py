@@ -570,12 +570,9 @@ def speed_table(systems: Dict[str, List[dict]]) -> List[str]:
                 continue
             components = [row.get(prefix + key) for key in ("components_words_per_second",
                                                             "components_first_pass_words_per_second")]
-            without_new_words = row.get(prefix + NEW_WORDS_APART)
-            apart_cells = [f"{without_new_words / components[0]:.2f}" if without_new_words and components[0] else ""]
             cells = [name + (" (blis)" if prefix else ""), str(row[prefix + "first_pass_words_per_second"]),
-                     str(row[prefix + "words_per_second"]),
-                     f"{components[1] / components[0]:.2f}" if all(components) else "",
-                     *(apart_cells if apart else []),
+                     str(row[prefix + "words_per_second"]), _ratio(components[1], components[0]),
+                     *([_ratio(row.get(prefix + NEW_WORDS_APART), components[0])] if apart else []),
                      str(row.get(prefix + "startup_seconds", "")),
                      str(row["inference_peak_mb"]) if not prefix else ""]
             peers = [same_text.get((name, row.get("corpus")), own) for name, own in stock.items()]
@@ -583,6 +580,11 @@ def speed_table(systems: Dict[str, List[dict]]) -> List[str]:
                       f"{row[prefix + 'words_per_second'] / peer['words_per_second']:.2f}x" for peer in peers]
             lines.append("| " + " | ".join(cells + [row["device"]]) + " |")
     return lines
+
+
+def _ratio(words_per_second: Optional[float], reference: Optional[float]) -> str:
+    """A speed table's cell: words/s over its reference's, blank where either was not measured."""
+    return f"{words_per_second / reference:.2f}" if words_per_second and reference else ""
 
 
 def plot(rows: List[dict], path: Path) -> None:
