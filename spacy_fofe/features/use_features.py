@@ -33,9 +33,6 @@ With `sentence`, the doc's vector is USE's pooling head over its words' pieces, 
 the CNN makes them in the word alone: close to the package's own sentence vector (whose CNN also reads
 across the words), made from each word's share of it, kept with the word's projected row (512 numbers
 more, as 8-bit integers with a scale), and a small product per doc.
-`new_words="zero"` gives a word the pipeline ships no row for a zero row instead (no share of the doc's
-vector either): new text then costs no encoder run at all, and `new_word_dropout` trains the net on
-such rows, so that it does without them.
 """
 
 import importlib.resources
