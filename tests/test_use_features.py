@@ -217,69 +217,6 @@ def test_a_saved_layer_ships_the_rows_of_its_most_frequent_training_words(senten
     numpy.testing.assert_allclose(float16.predict(docs)[0], predictions[0], rtol=1e-3, atol=1e-3)
 
 
-@pytest.mark.parametrize("sentence", [False, True])
-def test_with_new_words_zero_a_word_without_a_row_gets_a_zero_row_and_no_encoder_run(sentence, monkeypatch):
-    from thinc.api import Adam
-
-    nlp = spacy.blank("de")
-    train = [nlp("Köln Köln Bonn und Köln ."), nlp("Bonn und Paris Köln Bonn")]
-    layer = USEFeatures(width=8, contextual="word", frequent_words=0, sentence=sentence, new_words="zero")
-    layer.initialize(X=train)
-    out, backprop = layer.begin_update(train)
-    backprop([numpy.ones_like(x) for x in out])
-    layer.finish_update(Adam(0.1))
-    bias = layer.get_ref("linear").get_param("b")
-    # Under weights trained since the last save, the words a save ships get rows; any other word a zero one.
-    computed = _computed_words(monkeypatch)
-    with_new, without = layer.predict([nlp("Köln und Berlin"), nlp("Köln und")])
-    assert sorted(computed) == ["Köln", "und"]
-    numpy.testing.assert_allclose(with_new[:2], without, atol=1e-6)  # Berlin has no share of the doc's vector
-    doc_part = (with_new[2] - bias) if sentence else numpy.zeros(8, dtype="float32")
-    numpy.testing.assert_allclose(with_new[2], bias + doc_part, atol=1e-6)
-    assert not sentence or not numpy.allclose(doc_part, 0.0)
-    # The same after a save and a load; the frequent words a save ships count as known too.
-    monkeypatch.setattr(use_features, "_frequent_words", lambda lang, n, exclude: ["Berlin"] if n else [])
-    layer.attrs["frequent_words"] = 1
-    loaded = USEFeatures(width=8, contextual="word", sentence=sentence, new_words="zero").from_bytes(layer.to_bytes())
-    computed.clear()
-    spent = use_features.new_word_seconds()
-    rows = loaded.predict([nlp("Köln und Berlin"), nlp("Köln und Rom")])
-    assert computed == [] and use_features.new_word_seconds() == spent
-    assert not numpy.allclose(rows[0][2], rows[1][2])  # Berlin's shipped row, Rom's zero one
-    assert loaded.attrs["new_words"] == "zero"
-    layer.attrs["new_words"] = "encoder"  # the default: the encoder runs over a new word
-    encoded = USEFeatures(width=8, contextual="word", sentence=sentence).from_bytes(layer.to_bytes())
-    numpy.testing.assert_allclose(rows[0], encoded.predict([nlp("Köln und Berlin")])[0], rtol=1e-6, atol=1e-5)
-    assert computed == []  # every word of that doc is shipped: the same rows either way
-    encoded.predict([nlp("Rom")])
-    assert computed == ["Rom"]
-
-
-@pytest.mark.parametrize("sentence", [False, True])
-def test_new_word_dropout_gives_tokens_the_features_of_a_word_without_a_row(sentence):
-    docs = [["Der", "FC", "Bayern", "gewann", "in", "Köln", "."], ["Köln", "liegt", "am", "Rhein"], []]
-    numpy.random.seed(1)
-    dropped = doc_features(docs, "word", sentence, new_word_dropout=0.5)
-    full = doc_features(docs, "word", sentence)
-    n_dropped = 0
-    for doc, got, expected in zip(docs, dropped, full):
-        gone = ~got[:, :1280].any(axis=1)
-        n_dropped += int(gone.sum())
-        numpy.testing.assert_array_equal(got[~gone, :1280], expected[~gone, :1280])
-        if sentence and len(doc):  # the doc's vector pools the other words' pieces alone
-            kept = [word for word, g in zip(doc, gone) if not g]
-            numpy.testing.assert_allclose(got[:, 1280:], doc_features([kept], "word", True)[0][0, 1280:][None]
-                                          .repeat(len(doc), axis=0), atol=1e-5)
-    assert 0 < n_dropped < 11
-    layer = USEFeatures(width=8, contextual="word", new_word_dropout=0.5)
-    nlp = spacy.blank("de")
-    batch = [nlp(" ".join(doc)) for doc in docs[:2]]
-    layer.initialize(X=batch)
-    assert all(numpy.allclose(x, y) for x, y in zip(layer.predict(batch), layer.predict(batch)))  # predictions: none
-    trained = numpy.concatenate(layer.begin_update(batch)[0])
-    assert (numpy.abs(trained - layer.get_ref("linear").get_param("b")).max(axis=1) < 1e-6).any()
-
-
 def test_a_saved_layer_also_ships_the_rows_of_its_languages_most_frequent_other_words(monkeypatch):
     import srsly
     from thinc.api import Adam
@@ -480,8 +417,7 @@ def test_the_pieces_memo_starts_afresh_past_its_size(monkeypatch):
     assert set(encoder["pieces"]) == {"drei", "vier"} and pieces[0] == pieces[2]
 
 
-@pytest.mark.parametrize("setting", [{"width": 0}, {"dropout": 1.0}, {"contextual": "words"}, {"frequent_words": -1},
-                                     {"new_words": "none"}, {"new_word_dropout": 1.0}])
+@pytest.mark.parametrize("setting", [{"width": 0}, {"dropout": 1.0}, {"contextual": "words"}, {"frequent_words": -1}])
 def test_bad_settings_are_refused(setting):
     with pytest.raises(ValueError, match="USEFeatures"):
         USEFeatures(**setting)

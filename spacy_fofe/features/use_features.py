@@ -38,7 +38,7 @@ more, as 8-bit integers with a scale), and a small product per doc.
 import importlib.resources
 import time
 from itertools import chain
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy
 import srsly
@@ -96,40 +96,32 @@ def new_word_seconds() -> float:
 
 @registry.layers("spacy_fofe.USEFeatures.v1")
 def USEFeatures(width: int = 64, contextual: Union[bool, str] = True, dropout: float = 0.1,
-                sentence: bool = False, frequent_words: int = 100_000, new_words: str = "encoder",
-                new_word_dropout: float = 0.0) -> Model[List[Doc], List[Floats2d]]:
+                sentence: bool = False, frequent_words: int = 100_000) -> Model[List[Doc], List[Floats2d]]:
     """Each token's USE features (its pieces' mean, and with `sentence` its doc's sentence vector),
     projected to `width` by a trained layer. contextual: true, the CNN over the doc's pieces; "word",
     the CNN over each word's pieces alone (the doc's vector too); false, the pieces' embedding rows
     only. frequent_words: with "word", how many of the language's most frequent words not among its
     training words a saved pipeline ships rows for (`width` float16 numbers each; with `sentence`, 520
-    bytes more). new_words, with "word": what predictions give a word the pipeline ships no row for,
-    "encoder" its features (the CNN run at its first sight) or "zero" none (a zero row, no share of its
-    doc's vector: no encoder run on new text); new_word_dropout: the rate at which training gives a
-    token such a row, so that the net learns to do without it."""
+    bytes more)."""
     if width < 1:
         raise ValueError(f"spacy_fofe.USEFeatures.v1: width must be at least 1, got {width}")
     if frequent_words < 0:
         raise ValueError(f"spacy_fofe.USEFeatures.v1: frequent_words must be at least 0, got {frequent_words}")
-    for name, rate in (("dropout", dropout), ("new_word_dropout", new_word_dropout)):
-        if not 0.0 <= rate < 1.0:
-            raise ValueError(f"spacy_fofe.USEFeatures.v1: {name} must be in [0, 1), got {rate}")
-    if new_words not in ("encoder", "zero"):
-        raise ValueError(f"spacy_fofe.USEFeatures.v1: new_words must be \"encoder\" or \"zero\", got {new_words!r}")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"spacy_fofe.USEFeatures.v1: dropout must be in [0, 1), got {dropout}")
     if contextual not in (True, False, "word"):
         raise ValueError(f"spacy_fofe.USEFeatures.v1: contextual must be true, false or \"word\", got {contextual!r}")
     _load_encoder()  # with the pipeline (spacy.load), as its other weights are, not at its first doc
     n_features = _feature_width(contextual, sentence)
     encoder = Model("use_encoder", _encoder_forward, dims={"nO": n_features},
-                    attrs={"contextual": contextual, "sentence": sentence, "cache": _TrainingCache(),
-                           "new_word_dropout": new_word_dropout})
+                    attrs={"contextual": contextual, "sentence": sentence, "cache": _TrainingCache()})
     linear = Linear(width, n_features)
     projection = with_array(chain_layers(linear, Dropout(dropout)))
     # The same tree as chain(encoder, projection), so pipelines saved before this layer had its own
     # forward still load.
     return Model("use_features", _forward, init=_init, layers=[encoder, projection], refs={"linear": linear},
                  dims={"nO": width}, attrs={"projected": _ProjectedPieces(), "projected_words": _ProjectedWords(),
-                                            "frequent_words": frequent_words, "new_words": new_words})
+                                            "frequent_words": frequent_words})
 
 
 def _init(model: Model, X=None, Y=None) -> None:
@@ -209,9 +201,6 @@ class _ProjectedWords:
         self.texts: Dict[int, str] = {}
         self.lang = ""  # the training docs' language, and the frequent words among the loaded rows
         self.frequent: List[str] = []
-        # With new_words="zero", the words that get a row under weights made since the load (those a save
-        # would ship); None where the index holds them all (as loaded).
-        self.only: Optional[SortedIndex] = None
 
     def __reduce__(self):  # a pickled or copied model keeps the shipped rows, not those computed since
         return (_ProjectedWords.from_bytes, (self.to_bytes(),))
@@ -227,26 +216,22 @@ class _ProjectedWords:
                 self.counts[orth], self.texts[orth] = n, strings[orth]
 
     def lookup(self, weights: numpy.ndarray, orths: numpy.ndarray, strings, keep: bool = False,
-               sentence: bool = False, only: Optional[Callable[[], List[int]]] = None) -> numpy.ndarray:
+               sentence: bool = False) -> numpy.ndarray:
         """The rows (`_row_dtype`) of the words `orths` (distinct ORTH ids; `strings[orth]` their texts):
         their features times `weights.T`, and with `sentence` their share of their doc's vector
-        (`_head_rows`); with `keep`, the features computed are kept for training's next save. With `only`
-        (the words a save ships: new_words="zero"), any other word gets a zero row, and no encoder run."""
+        (`_head_rows`); with `keep`, the features computed are kept for training's next save."""
         global _new_word_seconds
         dtype = _row_dtype(len(weights), sentence)
         if not numpy.array_equal(self.weights, weights) or self.rows.dtype != dtype:
             self.weights, self.slots, self.shipped, self.n_new = weights.copy(), SortedIndex(), [], 0
             self.base = numpy.zeros(0, dtype=dtype)
             self.rows = numpy.zeros(1024, dtype=dtype)
-            self.only = SortedIndex(only()) if only is not None else None
         elif len(self.slots) + len(orths) > (_MAX_WORD_FEATURES if sentence else _MAX_KNOWN_WORDS):
             self.slots = SortedIndex(self.shipped)  # start afresh from the shipped rows
             self.n_new = 0
         first = len(self.base) + self.n_new
         index = self.slots.find(orths)
         new = numpy.flatnonzero(index < 0)
-        if only is not None:  # the shipped words are all indexed as loaded; since, those a save would ship
-            new = new[self.only.find(orths[new]) >= 0] if self.only is not None else new[:0]
         if len(new):
             started = time.perf_counter()
             self.rows = with_room(self.rows, self.n_new, len(new))
@@ -265,29 +250,17 @@ class _ProjectedWords:
         return self.gather(index)
 
     def gather(self, index: numpy.ndarray) -> numpy.ndarray:
-        """The rows of the slots `index`: shipped ones from `base`, the others from `rows`; a zero row
-        (no features, no pieces) for -1."""
+        """The rows of the slots `index`: shipped ones from `base`, the others from `rows`."""
         n_base = len(self.base)
-        shipped, missing = (0 <= index) & (index < n_base), index < 0
+        shipped = index < n_base
         if shipped.all():
             return self.base[index]
-        if not shipped.any() and not missing.any():
+        if not shipped.any():
             return self.rows[index - n_base]
-        out = numpy.zeros(len(index), dtype=self.rows.dtype)
+        out = numpy.empty(len(index), dtype=self.rows.dtype)
         out[shipped] = self.base[index[shipped]]
-        computed = ~shipped & ~missing
-        out[computed] = self.rows[index[computed] - n_base]
+        out[~shipped] = self.rows[index[~shipped] - n_base]
         return out
-
-    def _training_words(self) -> List[int]:
-        """The ORTH ids of the training words a save ships rows for: the most frequent, first."""
-        return sorted(self.counts, key=self.counts.__getitem__, reverse=True)[:_MAX_SHIPPED_WORDS]
-
-    def to_ship(self, frequent_words: int) -> List[int]:
-        """The ORTH ids of the words a save ships rows for: training's, then `frequent_words` of its
-        language's most frequent other words."""
-        orths = self._training_words()
-        return orths + [hash_string(text) for text in _frequent_words(self.lang, frequent_words, set(orths))]
 
     def to_bytes(self, model: Optional[Model] = None) -> bytes:
         return srsly.msgpack_dumps(self.to_dict(model))
@@ -296,7 +269,8 @@ class _ProjectedWords:
         """The shipped words (training words' texts and counts, then the frequent words' texts) and their
         rows under `model`'s weights (those loaded, without `model`); they are computed now for words whose
         rows are not kept, and their features kept, as training saves again and again."""
-        orths, frequent = self._training_words(), self.frequent
+        orths = sorted(self.counts, key=self.counts.__getitem__, reverse=True)[:_MAX_SHIPPED_WORDS]
+        frequent = self.frequent
         if model is not None and orths:
             frequent = _frequent_words(self.lang, model.attrs["frequent_words"], set(orths))
             frequent_orths = [hash_string(text) for text in frequent]
@@ -405,10 +379,7 @@ def _project_words(model: Model, docs: List[Doc]) -> List[Floats2d]:
     weights, bias = _projection_weights(model)
     sentence = model.layers[0].attrs["sentence"]
     orths, word_of_token = numpy.unique(numpy.concatenate([doc.to_array(ORTH) for doc in docs]), return_inverse=True)
-    words = model.attrs["projected_words"]
-    # With new_words="zero", a word a save would not ship gets a zero row.
-    only = (lambda: words.to_ship(model.attrs["frequent_words"])) if model.attrs["new_words"] == "zero" else None
-    rows = words.lookup(weights, orths, docs[0].vocab.strings, sentence=sentence, only=only)
+    rows = model.attrs["projected_words"].lookup(weights, orths, docs[0].vocab.strings, sentence=sentence)
     word_of_token = word_of_token.reshape(-1)
     if not sentence:
         return _token_rows(model, docs, rows["projected"][word_of_token], None, bias)
@@ -520,7 +491,7 @@ def _encoder_forward(model: Model, docs: List[Doc], is_train: bool):
     # Predictions never read the cache, so they do not depend on what was trained; the word features
     # are kept per word, a cache of their own.
     if not is_train or contextual == "word":
-        output = doc_features(keys, contextual, sentence, model.attrs.get("new_word_dropout", 0.0) if is_train else 0.0)
+        output = doc_features(keys, contextual, sentence)
         return _per_doc(model.ops, numpy.concatenate(output), _doc_lengths(docs)), lambda d_output: []
     cache = model.attrs["cache"]
     missing = [i for i, key in enumerate(keys) if key not in cache.features]
@@ -533,16 +504,14 @@ def _encoder_forward(model: Model, docs: List[Doc], is_train: bool):
 
 
 def doc_features(docs: Sequence[Sequence[str]], contextual: Union[bool, str] = True,
-                 sentence: bool = False, new_word_dropout: float = 0.0) -> List[numpy.ndarray]:
+                 sentence: bool = False) -> List[numpy.ndarray]:
     """USE features of each doc's tokens, (n_tokens, 1280) or (n_tokens, 512), a few docs per pass;
     with `sentence`, the doc's sentence vector after each token's row (1792 columns; without the
     CNN, 1024: the mean of the doc's token rows; with contextual="word", 1792: USE's pooling head over
-    its words' pieces, each word's as the CNN makes them in the word alone). new_word_dropout, with
-    "word": the rate at which a token gets the features of a word without a row (zeros, no share of its
-    doc's vector), as new_words="zero" gives a word its pipeline ships no row for."""
+    its words' pieces, each word's as the CNN makes them in the word alone)."""
     encoder = _load_encoder() if docs else None
     if contextual == "word":
-        return _word_features(docs, sentence, new_word_dropout) if docs else []
+        return _word_features(docs, sentence) if docs else []
     features: List[numpy.ndarray] = []
     start = tokens = 0
     for i, doc in enumerate(docs):
@@ -585,25 +554,17 @@ def _chunk_features(encoder, docs: Sequence[Sequence[str]], contextual: bool, se
     return numpy.split(out, numpy.cumsum(doc_lengths)[:-1])
 
 
-def _word_features(docs: Sequence[Sequence[str]], sentence: bool,
-                   new_word_dropout: float = 0.0) -> List[numpy.ndarray]:
+def _word_features(docs: Sequence[Sequence[str]], sentence: bool) -> List[numpy.ndarray]:
     """`doc_features` with `contextual="word"`: each token gets its word's features with the CNN run
-    over the word alone, computed once per word and kept (as float16) while training reads them; a
-    token drawn at `new_word_dropout` gets none, nor a share of its doc's vector."""
+    over the word alone, computed once per word and kept (as float16) while training reads them."""
     words = numpy.asarray(list(chain.from_iterable(docs)), dtype=str)
     distinct, word_of_token = numpy.unique(words, return_inverse=True)  # Python work per distinct word only
-    word_of_token = word_of_token.reshape(-1)
     word_rows = _word_features16(distinct.tolist(), keep=True).astype(numpy.float32)
-    out = word_rows[word_of_token]
-    dropped = numpy.random.random_sample(len(out)) < new_word_dropout if new_word_dropout else None
-    if dropped is not None:
-        out[dropped] = 0.0
+    out = word_rows[word_of_token.reshape(-1)]
     doc_lengths = _doc_lengths(docs)
     if sentence:
-        shares = _head_rows(word_rows, distinct.tolist())[word_of_token]
-        if dropped is not None:
-            shares[dropped] = 0.0  # its number of pieces too: the doc's vector is pooled from the others'
-        vectors = _word_sentence_vectors(_sum_rows(shares, doc_lengths))
+        vectors = _word_sentence_vectors(_sum_rows(_head_rows(word_rows, distinct.tolist())[word_of_token.reshape(-1)],
+                                                   doc_lengths))
         out = numpy.concatenate([out, vectors[numpy.repeat(numpy.arange(len(docs)), doc_lengths)]], axis=1)
     return numpy.split(out, numpy.cumsum(doc_lengths)[:-1])
 
