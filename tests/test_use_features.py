@@ -3,6 +3,7 @@ tokenizer), averaged per token and projected; the frozen encoder matches the pac
 vectors, the layer trains, serializes without its training cache and loads."""
 
 import pickle
+from itertools import chain
 
 import numpy
 import pytest
@@ -311,17 +312,30 @@ def test_with_contextual_word_the_docs_vector_pools_its_words_pieces_as_the_cnn_
     assert not numpy.allclose(with_sentence[0][5, 1280:], with_sentence[3][0, 1280:], atol=0.05)  # "Köln"'s docs
 
 
-def test_words_sharing_their_pieces_work_get_the_features_each_gets_alone(monkeypatch):
+def test_words_get_the_features_each_gets_alone_whatever_the_pieces_computed_before(monkeypatch):
     encoder = use_features._load_encoder()
     words = ["Oberbürgermeisterin", "Bürgermeister", "Köln", "Kölner", "Rhein", "Rheinufer", "am", "\n"]
-    alone = numpy.concatenate([use_features._chunk_features(encoder, [[word]], True, False)[0] for word in words])
-    # Groups and passes that split the words unevenly: one piece stage serves several passes.
-    monkeypatch.setattr(use_features, "_WORDS_PER_GROUP", 5)
+    alone = []
+    for word in words:  # each word with a stage that has seen no piece before it
+        monkeypatch.setitem(encoder, "stage", use_features._PieceStage(encoder["weights"], encoder["shape"]))
+        alone.append(use_features._chunk_features(encoder, [[word]], True, False)[0])
+    alone = numpy.concatenate(alone)
+    # Passes that split the words unevenly, over a stage that keeps the pieces of earlier calls.
     monkeypatch.setattr(use_features, "_WORDS_PER_PASS", 2)
+    stage = use_features._PieceStage(encoder["weights"], encoder["shape"])
+    monkeypatch.setitem(encoder, "stage", stage)
+    numpy.testing.assert_allclose(use_features._word_rows(encoder, words[:5]), alone[:5], atol=1e-5)
     numpy.testing.assert_allclose(use_features._word_rows(encoder, words), alone, atol=1e-5)
-    # and the first group's words do have pieces in common, which its stage computes once
-    shared = {piece for word in words[:5] for piece in use_features._pieces(encoder, [word])[0]}
-    assert len(shared) < sum(len(use_features._pieces(encoder, [word])[0]) for word in words[:5])
+    # Each distinct piece (and the two markers) computed once, though the words have pieces in common.
+    pieces = use_features._pieces(encoder, words)
+    assert stage.n_rows - 1 == len(set(chain.from_iterable(pieces)) | {1, 2}) < sum(map(len, pieces)) + 2
+    # A stage with room for few pieces starts afresh when a call brings more: it then holds that call's.
+    monkeypatch.setattr(use_features, "_MAX_STAGE_PIECES", 6)
+    stage = use_features._PieceStage(encoder["weights"], encoder["shape"])
+    monkeypatch.setitem(encoder, "stage", stage)
+    numpy.testing.assert_allclose(use_features._word_rows(encoder, words[:5]), alone[:5], atol=1e-5)
+    numpy.testing.assert_allclose(use_features._word_rows(encoder, words[5:]), alone[5:], atol=1e-5)
+    assert stage.n_rows - 1 == len(set(chain.from_iterable(pieces[5:])) | {1, 2})
 
 
 def test_the_word_features_start_afresh_past_their_size(monkeypatch):

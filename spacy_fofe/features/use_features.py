@@ -70,8 +70,9 @@ _SHARE_COLUMNS = 512
 # language's frequent words a saved pipeline ships); and words per encoder pass.
 _MAX_WORD_FEATURES = 300_000
 _WORDS_PER_PASS = 200
-# Words whose pieces' share of the CNN is computed together (15 kB a distinct piece).
-_WORDS_PER_GROUP = 2048
+# Distinct pieces whose share of the CNN (`_PieceStage`, 13 kB each) is kept across calls: a first pass's new
+# words are made of pieces seen before (a compound's parts, endings); past this the stage starts afresh.
+_MAX_STAGE_PIECES = 8192
 # Training words whose projected rows (float16, `width` numbers each) a saved pipeline ships; and words
 # projected in one product, so that their float32 features stay a few MB.
 _MAX_SHIPPED_WORDS = 100_000
@@ -522,8 +523,7 @@ def doc_features(docs: Sequence[Sequence[str]], contextual: Union[bool, str] = T
     return features
 
 
-def _chunk_features(encoder, docs: Sequence[Sequence[str]], contextual: bool, sentence: bool,
-                    stage: Optional["_PieceStage"] = None) -> List[numpy.ndarray]:
+def _chunk_features(encoder, docs: Sequence[Sequence[str]], contextual: bool, sentence: bool) -> List[numpy.ndarray]:
     words = list(chain.from_iterable(docs))
     pieces = _pieces(encoder, words)
     counts = numpy.fromiter(map(len, pieces), dtype=numpy.int64, count=len(pieces))
@@ -542,7 +542,7 @@ def _chunk_features(encoder, docs: Sequence[Sequence[str]], contextual: bool, se
     flat[token_pieces] = numpy.fromiter(chain.from_iterable(pieces), dtype=numpy.int64, count=n_pieces)
     if not sentence:  # only the tokens' pieces are read: the markers' features are not computed
         first -= markers_before
-    piece_features = _encode(encoder, flat, doc_pieces, contextual, None if sentence else token_pieces, stage)
+    piece_features = _encode(encoder, flat, doc_pieces, contextual, None if sentence else token_pieces)
     n_columns = _feature_width(contextual, sentence)
     if not words:
         return [numpy.zeros((0, n_columns), dtype=numpy.float32) for _ in docs]
@@ -606,18 +606,15 @@ def _word_features16(words: List[str], keep: bool = False) -> numpy.ndarray:
 
 
 def _word_rows(encoder, words: Sequence[str]) -> numpy.ndarray:
-    """Each word's USE features with the CNN run over its pieces alone (the word as a one-token doc).
-    What depends on a piece alone is computed once for a group of words (new words share many pieces:
-    a compound's parts, inflections), the rest in smaller passes whose arrays stay cache-sized."""
+    """Each word's USE features with the CNN run over its pieces alone (the word as a one-token doc), a
+    few words per pass, so that the arrays stay cache-sized; what depends on a piece alone is computed for
+    all their new pieces first, in products large enough to run at the processor's speed."""
     rows = numpy.zeros((len(words), 1280), dtype=numpy.float32)
-    for group_start in range(0, len(words), _WORDS_PER_GROUP):
-        group = words[group_start:group_start + _WORDS_PER_GROUP]
-        pieces = chain((_BOS, _EOS), chain.from_iterable(_pieces(encoder, list(group))))
-        stage = _PieceStage(encoder, numpy.unique(numpy.fromiter(pieces, dtype=numpy.int64)))
-        for start in range(0, len(group), _WORDS_PER_PASS):
-            block = [[word] for word in group[start:start + _WORDS_PER_PASS]]
-            rows[group_start + start:group_start + start + len(block)] = numpy.concatenate(
-                _chunk_features(encoder, block, True, False, stage))
+    encoder["stage"].slots(numpy.fromiter(chain((_BOS, _EOS), chain.from_iterable(_pieces(encoder, list(words)))),
+                                          dtype=numpy.int64))
+    for start in range(0, len(words), _WORDS_PER_PASS):
+        block = [[word] for word in words[start:start + _WORDS_PER_PASS]]
+        rows[start:start + len(block)] = numpy.concatenate(_chunk_features(encoder, block, True, False))
     return rows
 
 
@@ -669,6 +666,7 @@ def _load_encoder():
         with importlib.resources.as_file(resources / "weights.npz") as weights_file:
             _ENCODER["weights"] = _Weights(weights_file)
         _ENCODER["shape"] = _shape_of(_ENCODER["weights"])
+        _ENCODER["stage"] = _PieceStage(_ENCODER["weights"], _ENCODER["shape"])
         _ENCODER["pieces"] = {}
         _ENCODER["word_features"] = {}
     return _ENCODER
@@ -688,46 +686,41 @@ def _pieces(encoder, words: List[str]) -> List[Tuple[int, ...]]:
 
 
 def _encode(encoder, flat: numpy.ndarray, doc_lengths: numpy.ndarray, contextual: bool,
-            keep: Optional[numpy.ndarray] = None, stage: Optional["_PieceStage"] = None) -> numpy.ndarray:
+            keep: Optional[numpy.ndarray] = None) -> numpy.ndarray:
     """Per-piece features: the embedding rows, then (contextual) the three n-gram CNN branches: the
     package's own forward pass up to where it pools a sentence (it has no per-piece API), computed here
     from its weights (`_Weights`), with the sizes read from them (`_shape_of`).
     `keep`: the positions (of `flat`) whose features are returned, all by default.
-
-    What depends on a piece alone (`_PieceStage`) is computed once per distinct piece, here or, given
-    `stage` (made for pieces that include all of `flat`'s), by the caller for several passes."""
+    What depends on a piece alone is read from the encoder's `_PieceStage`, computed at a piece's first sight."""
     b, shape = encoder["weights"], encoder["shape"]
     n = len(flat)
-    if not contextual:
-        return _embedding_rows(b, flat if keep is None else flat[keep])
     if keep is None:
         keep = numpy.arange(n)
-    if stage is None:
-        distinct, piece_of = numpy.unique(flat, return_inverse=True)
-        stage, piece_of = _PieceStage(encoder, distinct), piece_of.reshape(-1)
-    else:
-        piece_of = numpy.searchsorted(stage.pieces, flat)
+    if not contextual:
+        return _embedding_rows(b, flat[keep])
+    stage = encoder["stage"]
+    slot = stage.slots(flat)
     features = numpy.empty((len(keep), shape.features), dtype=numpy.float32)
-    features[:, :shape.embedding] = stage.rows[piece_of[keep]]
+    features[:, :shape.embedding] = _embedding_rows(b, flat[keep])
     starts = numpy.concatenate([[0], numpy.cumsum(doc_lengths[:-1])]).astype(numpy.int64)
     window = _window_index(shape, starts, doc_lengths, n)
-    # The window's pieces as distinct pieces; a slot outside the doc reads the zero row after them.
-    distinct_window = numpy.append(piece_of, len(stage.pieces))[window]
+    # The window's pieces as stage rows; a slot outside the doc reads the stage's zero row.
+    window_slots = numpy.append(slot, 0)[window]
     kept_window = window[keep]  # the second layer reads the first layer's output around the kept positions
     width, embedding = shape.cnn, shape.embedding
     buffer = numpy.empty((n + 1, width), dtype=numpy.float32)
     buffer[n] = 0.0
     for i, (order, left) in enumerate(shape.orders):
-        shares = stage.shares[i]
         positions = slice(shape.max_left - left, shape.max_left - left + order)
         # The first layer is a sum over the window's positions of that position's share of its piece.
-        columns = distinct_window[:, positions]
-        hidden = shares[0][columns[:, 0]]
+        rows = window_slots[:, positions]
+        shares = stage.shares[i]
+        hidden = shares[rows[:, 0], :width]
         for k in range(1, order):
-            hidden += shares[k][columns[:, k]]
+            hidden += shares[rows[:, k], k * width:(k + 1) * width]
         hidden += b.b1[i]
         numpy.maximum(hidden, 0, out=hidden)
-        hidden += stage.x[piece_of, i * width:(i + 1) * width]
+        hidden += stage.x[slot, i * width:(i + 1) * width]
         buffer[:n] = hidden
         out = buffer[kept_window[:, positions]].reshape(len(keep), order * width) @ b.w2[i]
         out += b.b2[i]
@@ -805,25 +798,48 @@ def _window_index(shape: _Shape, starts: numpy.ndarray, lengths: numpy.ndarray, 
 
 
 class _PieceStage:
-    """What the CNN computes from a piece alone, for the distinct `pieces` (sorted): its embedding row,
-    the projection and layer norm before the CNN (`x`, the three branches side by side) and, for each
-    branch, each window position's share of the first layer (`shares[i][k]`: the pieces' rows at
-    position k, then a zero row for a slot outside the doc)."""
+    """What the CNN computes from a piece alone, kept for each piece seen (up to `_MAX_STAGE_PIECES`, then
+    afresh), a row per piece: the projection and layer norm before the CNN (`x`, the three branches side by
+    side) and, for each branch, each window position's share of the first layer (`shares[i]`, a position's
+    `width` columns after another's). Row 0 is zeros: a window's slot outside its doc reads it. The arrays
+    are allocated whole, as zeros (pages the system gives when first written), so that a new piece costs no
+    copy of the others."""
 
-    def __init__(self, encoder, pieces: numpy.ndarray):
-        weights, width = encoder["weights"], encoder["shape"].cnn
-        self.pieces = pieces
-        self.rows = _embedding_rows(weights, pieces)
-        self.x = self.rows @ weights.proj_W
-        self.x += weights.proj_b
-        _layer_norm(self.x, weights.ln_g_all, weights.ln_b_all, weights.eps)
-        self.shares = []
-        for i, (order, _) in enumerate(encoder["shape"].orders):
-            shares = numpy.empty((order, len(pieces) + 1, width), dtype=numpy.float32)
-            shares[:, -1] = 0.0
-            branch = self.x[:, i * width:(i + 1) * width]
-            numpy.matmul(branch, weights.w1[i].reshape(order, width, width), out=shares[:, :-1])
-            self.shares.append(shares)
+    def __init__(self, weights: "_Weights", shape: _Shape):
+        self.weights, self.width = weights, shape.cnn
+        # Each branch's first layer as one matrix: a piece's shares at all its positions in one product.
+        self.w1 = [w.reshape(order, self.width, self.width).transpose(1, 0, 2).reshape(self.width, order * self.width)
+                   for w, (order, _) in zip(weights.w1, shape.orders)]
+        self.slot = numpy.zeros(len(weights.table), dtype=numpy.int64)  # piece id -> its row, 0 until computed
+        self.x = numpy.zeros((0, len(shape.orders) * self.width), dtype=numpy.float32)
+        self.shares = [numpy.zeros((0, w.shape[1]), dtype=numpy.float32) for w in self.w1]
+        self.n_rows = 1
+
+    def slots(self, pieces: numpy.ndarray) -> numpy.ndarray:
+        """The rows of `pieces` (ids), those of pieces not seen before computed now."""
+        new = numpy.unique(pieces[self.slot[pieces] == 0])
+        if len(new) and self.n_rows + len(new) > len(self.x):
+            self._start_afresh(len(new))
+            new = numpy.unique(pieces)
+        if len(new):
+            rows, weights, width = slice(self.n_rows, self.n_rows + len(new)), self.weights, self.width
+            x = self.x[rows]
+            numpy.matmul(_embedding_rows(weights, new), weights.proj_W, out=x)
+            x += weights.proj_b
+            _layer_norm(x, weights.ln_g_all, weights.ln_b_all, weights.eps)
+            for i, (w1, shares) in enumerate(zip(self.w1, self.shares)):
+                numpy.matmul(x[:, i * width:(i + 1) * width], w1, out=shares[rows])
+            self.slot[new] = numpy.arange(rows.start, rows.stop)
+            self.n_rows = rows.stop
+        return self.slot[pieces]
+
+    def _start_afresh(self, n_new: int) -> None:
+        """Forget every piece, with room for `_MAX_STAGE_PIECES` (or `n_new`, if more) and the zero row."""
+        n_rows = max(_MAX_STAGE_PIECES, n_new) + 1
+        self.slot[:] = 0
+        self.n_rows = 1
+        self.x = numpy.zeros((n_rows, self.x.shape[1]), dtype=numpy.float32)
+        self.shares = [numpy.zeros((n_rows, shares.shape[1]), dtype=numpy.float32) for shares in self.shares]
 
 
 def _embedding_rows(weights, pieces: numpy.ndarray) -> numpy.ndarray:
