@@ -320,7 +320,8 @@ def test_words_get_the_features_each_gets_alone_whatever_the_pieces_computed_bef
         monkeypatch.setitem(encoder, "stage", use_features._PieceStage(encoder["weights"], encoder["shape"]))
         alone.append(use_features._chunk_features(encoder, [[word]], True, False)[0])
     alone = numpy.concatenate(alone)
-    # Passes that split the words unevenly, over a stage that keeps the pieces of earlier calls.
+    # Groups and passes that split the words unevenly, over a stage that keeps the pieces of earlier calls.
+    monkeypatch.setattr(use_features, "_WORDS_PER_GROUP", 3)
     monkeypatch.setattr(use_features, "_WORDS_PER_PASS", 2)
     stage = use_features._PieceStage(encoder["weights"], encoder["shape"])
     monkeypatch.setitem(encoder, "stage", stage)
@@ -328,14 +329,21 @@ def test_words_get_the_features_each_gets_alone_whatever_the_pieces_computed_bef
     numpy.testing.assert_allclose(use_features._word_rows(encoder, words), alone, atol=1e-5)
     # Each distinct piece (and the two markers) computed once, though the words have pieces in common.
     pieces = use_features._pieces(encoder, words)
-    assert stage.n_rows - 1 == len(set(chain.from_iterable(pieces)) | {1, 2}) < sum(map(len, pieces)) + 2
-    # A stage with room for few pieces starts afresh when a call brings more: it then holds that call's.
+    assert stage.n_kept - 1 == len(set(chain.from_iterable(pieces)) | {1, 2}) < sum(map(len, pieces)) + 2
+    # A stage that keeps few pieces for good keeps the first to come, and gives a call's others the rows after
+    # them until the next call that needs such rows.
     monkeypatch.setattr(use_features, "_MAX_STAGE_PIECES", 6)
+    monkeypatch.setattr(use_features, "_WORDS_PER_GROUP", 2048)
     stage = use_features._PieceStage(encoder["weights"], encoder["shape"])
     monkeypatch.setitem(encoder, "stage", stage)
     numpy.testing.assert_allclose(use_features._word_rows(encoder, words[:5]), alone[:5], atol=1e-5)
+    first = numpy.asarray(sorted(set(chain.from_iterable(pieces[:5])) | {1, 2}))
+    assert len(first) > 6 and (stage.slot[first[:6]] == numpy.arange(1, 7)).all() and (stage.slot[first[6:]] > 6).all()
     numpy.testing.assert_allclose(use_features._word_rows(encoder, words[5:]), alone[5:], atol=1e-5)
-    assert stage.n_rows - 1 == len(set(chain.from_iterable(pieces[5:])) | {1, 2})
+    others = set(first[6:]) - set(chain.from_iterable(pieces[5:]))
+    assert others and not stage.slot[list(others)].any()  # let go for the later call's
+    numpy.testing.assert_allclose(use_features._word_rows(encoder, words), alone, atol=1e-5)
+    assert stage.n_kept == 7 and (stage.slot[first[:6]] == numpy.arange(1, 7)).all()
 
 
 def test_the_word_features_start_afresh_past_their_size(monkeypatch):

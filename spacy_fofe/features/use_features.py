@@ -71,8 +71,10 @@ _SHARE_COLUMNS = 512
 _MAX_WORD_FEATURES = 300_000
 _WORDS_PER_PASS = 200
 # Distinct pieces whose share of the CNN (`_PieceStage`, 13 kB each) is kept across calls: a first pass's new
-# words are made of pieces seen before (a compound's parts, endings); past this the stage starts afresh.
-_MAX_STAGE_PIECES = 8192
+# words are mostly made of pieces seen before (a compound's parts, endings). And words whose pieces' share is
+# computed together, so that a call's pieces past the kept ones stay a few MB.
+_MAX_STAGE_PIECES = 4096
+_WORDS_PER_GROUP = 1024
 # Training words whose projected rows (float16, `width` numbers each) a saved pipeline ships; and words
 # projected in one product, so that their float32 features stay a few MB.
 _MAX_SHIPPED_WORDS = 100_000
@@ -608,13 +610,16 @@ def _word_features16(words: List[str], keep: bool = False) -> numpy.ndarray:
 def _word_rows(encoder, words: Sequence[str]) -> numpy.ndarray:
     """Each word's USE features with the CNN run over its pieces alone (the word as a one-token doc), a
     few words per pass, so that the arrays stay cache-sized; what depends on a piece alone is computed for
-    all their new pieces first, in products large enough to run at the processor's speed."""
+    a group of words' new pieces first, in products large enough to run at the processor's speed."""
     rows = numpy.zeros((len(words), 1280), dtype=numpy.float32)
-    encoder["stage"].slots(numpy.fromiter(chain((_BOS, _EOS), chain.from_iterable(_pieces(encoder, list(words)))),
-                                          dtype=numpy.int64))
-    for start in range(0, len(words), _WORDS_PER_PASS):
-        block = [[word] for word in words[start:start + _WORDS_PER_PASS]]
-        rows[start:start + len(block)] = numpy.concatenate(_chunk_features(encoder, block, True, False))
+    for group_start in range(0, len(words), _WORDS_PER_GROUP):
+        group = words[group_start:group_start + _WORDS_PER_GROUP]
+        pieces = chain((_BOS, _EOS), chain.from_iterable(_pieces(encoder, list(group))))
+        encoder["stage"].slots(numpy.fromiter(pieces, dtype=numpy.int64))
+        for start in range(0, len(group), _WORDS_PER_PASS):
+            block = [[word] for word in group[start:start + _WORDS_PER_PASS]]
+            rows[group_start + start:group_start + start + len(block)] = numpy.concatenate(
+                _chunk_features(encoder, block, True, False))
     return rows
 
 
@@ -798,12 +803,12 @@ def _window_index(shape: _Shape, starts: numpy.ndarray, lengths: numpy.ndarray, 
 
 
 class _PieceStage:
-    """What the CNN computes from a piece alone, kept for each piece seen (up to `_MAX_STAGE_PIECES`, then
-    afresh), a row per piece: the projection and layer norm before the CNN (`x`, the three branches side by
-    side) and, for each branch, each window position's share of the first layer (`shares[i]`, a position's
-    `width` columns after another's). Row 0 is zeros: a window's slot outside its doc reads it. The arrays
-    are allocated whole, as zeros (pages the system gives when first written), so that a new piece costs no
-    copy of the others."""
+    """What the CNN computes from a piece alone, a row per piece: the projection and layer norm before the CNN
+    (`x`, the three branches side by side) and, for each branch, each window position's share of the first
+    layer (`shares[i]`, a position's `width` columns after another's). Row 0 is zeros: a window's slot
+    outside its doc reads it. The first `_MAX_STAGE_PIECES` pieces to come (of a call's, the lowest ids:
+    SentencePiece numbers its pieces from the most frequent) are kept for good; a call's other pieces get the
+    rows after them, until the next call that needs such rows."""
 
     def __init__(self, weights: "_Weights", shape: _Shape):
         self.weights, self.width = weights, shape.cnn
@@ -811,35 +816,48 @@ class _PieceStage:
         self.w1 = [w.reshape(order, self.width, self.width).transpose(1, 0, 2).reshape(self.width, order * self.width)
                    for w, (order, _) in zip(weights.w1, shape.orders)]
         self.slot = numpy.zeros(len(weights.table), dtype=numpy.int64)  # piece id -> its row, 0 until computed
-        self.x = numpy.zeros((0, len(shape.orders) * self.width), dtype=numpy.float32)
-        self.shares = [numpy.zeros((0, w.shape[1]), dtype=numpy.float32) for w in self.w1]
-        self.n_rows = 1
+        self.x = numpy.zeros((1, len(shape.orders) * self.width), dtype=numpy.float32)
+        self.shares = [numpy.zeros((1, w.shape[1]), dtype=numpy.float32) for w in self.w1]
+        self.n_kept = 1  # the zero row and the pieces kept for good
+        self.passing = numpy.zeros(0, dtype=numpy.int64)  # the pieces in the rows after them
 
     def slots(self, pieces: numpy.ndarray) -> numpy.ndarray:
-        """The rows of `pieces` (ids), those of pieces not seen before computed now."""
-        new = numpy.unique(pieces[self.slot[pieces] == 0])
-        if len(new) and self.n_rows + len(new) > len(self.x):
-            self._start_afresh(len(new))
-            new = numpy.unique(pieces)
-        if len(new):
-            rows, weights, width = slice(self.n_rows, self.n_rows + len(new)), self.weights, self.width
-            x = self.x[rows]
-            numpy.matmul(_embedding_rows(weights, new), weights.proj_W, out=x)
-            x += weights.proj_b
-            _layer_norm(x, weights.ln_g_all, weights.ln_b_all, weights.eps)
-            for i, (w1, shares) in enumerate(zip(self.w1, self.shares)):
-                numpy.matmul(x[:, i * width:(i + 1) * width], w1, out=shares[rows])
-            self.slot[new] = numpy.arange(rows.start, rows.stop)
-            self.n_rows = rows.stop
+        """The rows of `pieces` (ids), those of pieces without one computed now."""
+        missing = numpy.unique(pieces[self.slot[pieces] == 0])
+        if len(missing):
+            kept = missing[:max(0, _MAX_STAGE_PIECES + 1 - self.n_kept)]
+            self._compute(kept, self.n_kept)
+            self.n_kept += len(kept)
+            if len(kept) < len(missing):  # past the kept ones: this call's other pieces, the last such call's let go
+                self.slot[self.passing] = 0
+                distinct = numpy.unique(pieces)
+                self.passing = distinct[self.slot[distinct] == 0]
+                self._compute(self.passing, self.n_kept)
         return self.slot[pieces]
 
-    def _start_afresh(self, n_new: int) -> None:
-        """Forget every piece, with room for `_MAX_STAGE_PIECES` (or `n_new`, if more) and the zero row."""
-        n_rows = max(_MAX_STAGE_PIECES, n_new) + 1
-        self.slot[:] = 0
-        self.n_rows = 1
-        self.x = numpy.zeros((n_rows, self.x.shape[1]), dtype=numpy.float32)
-        self.shares = [numpy.zeros((n_rows, shares.shape[1]), dtype=numpy.float32) for shares in self.shares]
+    def _compute(self, pieces: numpy.ndarray, first: int) -> None:
+        """Compute the rows of `pieces` (distinct ids) from row `first` on, the arrays grown as needed."""
+        if not len(pieces):
+            return
+        rows, weights, width = slice(first, first + len(pieces)), self.weights, self.width
+        if rows.stop > len(self.x):  # room for the kept pieces and as many more at once (zero pages until written)
+            size = max(rows.stop, 2 * (_MAX_STAGE_PIECES + 1))
+            self.x = _grown(self.x, self.n_kept, size)
+            self.shares = [_grown(shares, self.n_kept, size) for shares in self.shares]
+        x = self.x[rows]
+        numpy.matmul(_embedding_rows(weights, pieces), weights.proj_W, out=x)
+        x += weights.proj_b
+        _layer_norm(x, weights.ln_g_all, weights.ln_b_all, weights.eps)
+        for i, (w1, shares) in enumerate(zip(self.w1, self.shares)):
+            numpy.matmul(x[:, i * width:(i + 1) * width], w1, out=shares[rows])
+        self.slot[pieces] = numpy.arange(rows.start, rows.stop)
+
+
+def _grown(rows: numpy.ndarray, n_rows: int, size: int) -> numpy.ndarray:
+    """`size` rows of zeros, the first `n_rows` those of `rows`."""
+    grown = numpy.zeros((size, rows.shape[1]), dtype=rows.dtype)
+    grown[:n_rows] = rows[:n_rows]
+    return grown
 
 
 def _embedding_rows(weights, pieces: numpy.ndarray) -> numpy.ndarray:
