@@ -696,13 +696,13 @@ def _encode(encoder, flat: numpy.ndarray, doc_lengths: numpy.ndarray, contextual
     package's own forward pass up to where it pools a sentence (it has no per-piece API), computed here
     from its weights (`_Weights`), with the sizes read from them (`_shape_of`).
     `keep`: the positions (of `flat`) whose features are returned, all by default.
-    What depends on a piece alone is read from the encoder's `_PieceStage`, computed at a piece's first sight."""
+    What depends on a piece alone is read from the encoder's `_PieceStage`, which computes it where it has none."""
     b, shape = encoder["weights"], encoder["shape"]
     n = len(flat)
+    if not contextual:
+        return _embedding_rows(b, flat if keep is None else flat[keep])
     if keep is None:
         keep = numpy.arange(n)
-    if not contextual:
-        return _embedding_rows(b, flat[keep])
     stage = encoder["stage"]
     slot = stage.slots(flat)
     features = numpy.empty((len(keep), shape.features), dtype=numpy.float32)
@@ -840,10 +840,10 @@ class _PieceStage:
         if not len(pieces):
             return
         rows, weights, width = slice(first, first + len(pieces)), self.weights, self.width
-        if rows.stop > len(self.x):  # room for the kept pieces and as many more at once (zero pages until written)
-            size = max(rows.stop, 2 * (_MAX_STAGE_PIECES + 1))
-            self.x = _grown(self.x, self.n_kept, size)
-            self.shares = [_grown(shares, self.n_kept, size) for shares in self.shares]
+        # Room for the kept pieces and as many more at once (zero pages until written), the kept rows copied.
+        n_new = max(rows.stop, 2 * (_MAX_STAGE_PIECES + 1)) - self.n_kept
+        self.x = with_room(self.x, self.n_kept, n_new)
+        self.shares = [with_room(shares, self.n_kept, n_new) for shares in self.shares]
         x = self.x[rows]
         numpy.matmul(_embedding_rows(weights, pieces), weights.proj_W, out=x)
         x += weights.proj_b
@@ -851,13 +851,6 @@ class _PieceStage:
         for i, (w1, shares) in enumerate(zip(self.w1, self.shares)):
             numpy.matmul(x[:, i * width:(i + 1) * width], w1, out=shares[rows])
         self.slot[pieces] = numpy.arange(rows.start, rows.stop)
-
-
-def _grown(rows: numpy.ndarray, n_rows: int, size: int) -> numpy.ndarray:
-    """`size` rows of zeros, the first `n_rows` those of `rows`."""
-    grown = numpy.zeros((size, rows.shape[1]), dtype=rows.dtype)
-    grown[:n_rows] = rows[:n_rows]
-    return grown
 
 
 def _embedding_rows(weights, pieces: numpy.ndarray) -> numpy.ndarray:
