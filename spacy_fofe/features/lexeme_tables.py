@@ -36,6 +36,7 @@ from thinc.types import Floats2d, Ints2d
 
 from .rows_once import embed_rows_once
 from .sorted_ids import SortedIndex, positions_in, with_room
+from .token_arrays import READS, token_array
 
 MISSING = numpy.iinfo("int32").min  # the value of a word a table does not have: one shared row
 CLUSTER_TABLE = "lexeme_cluster"
@@ -94,6 +95,7 @@ def LexemeTablesEmbed(
     lookup = Model("lexeme_lookup", partial(_lookup_forward, part_cache=WordValues((0, 0), "uint64"), head_cache={}),
                    init=_lookup_init,
                    attrs={"tables": list(tables), "attr_ids": attr_ids, "keys": [], "values": [],
+                          READS: attr_ids + [ORTH] if compound_heads and ORTH not in attr_ids else attr_ids,
                           "prefix_bits": list(cluster_prefix_bits), "hyphen_parts": hyphen_parts,
                           "compound_heads": compound_heads})
     # The rows of each id column: every (table, attribute) pair, then per attribute each cluster
@@ -310,9 +312,11 @@ def _lookup_forward(model: Model, docs: List[Doc], is_train: bool, part_cache: W
     # The compound heads read ORTH: fetched with the other attributes where they lack it.
     fetched = attr_ids + [ORTH] if model.attrs["compound_heads"] and ORTH not in attr_ids else attr_ids
     # One lookup for the whole batch: concatenate the docs' word hashes, then split the ids.
-    words = numpy.concatenate([numpy.asarray(doc.to_array(fetched), dtype="uint64").reshape((len(doc), len(fetched)))
-                               for doc in docs])
-    columns = [lookup_values(k, v, words[:, a]) for k, v in zip(keys, values) for a in range(len(attr_ids))]
+    words = token_array(docs, fetched)
+    # A batch repeats its words: each attribute's distinct hashes are looked up, then given to their tokens.
+    distinct, inverse = zip(*(numpy.unique(words[:, a], return_inverse=True) for a in range(len(attr_ids))))
+    inverse = [each.reshape(-1) for each in inverse]
+    columns = [lookup_values(k, v, distinct[a])[inverse[a]] for k, v in zip(keys, values) for a in range(len(attr_ids))]
     if model.attrs["prefix_bits"]:
         first = model.attrs["tables"].index(CLUSTER_TABLE) * len(attr_ids)
         for a in range(len(attr_ids)):
@@ -320,8 +324,8 @@ def _lookup_forward(model: Model, docs: List[Doc], is_train: bool, part_cache: W
     if model.attrs["hyphen_parts"]:
         table = model.attrs["tables"].index(CLUSTER_TABLE)
         for a in range(len(attr_ids)):
-            parts = part_ids(docs[0].vocab.strings, words[:, a], part_cache)
-            columns.extend(lookup_values(keys[table], values[table], parts[:, side]) for side in (0, 1))
+            parts = part_ids(docs[0].vocab.strings, distinct[a], part_cache)
+            columns.extend(lookup_values(keys[table], values[table], parts[:, side])[inverse[a]] for side in (0, 1))
     if model.attrs["compound_heads"]:
         table, a = model.attrs["tables"].index(CLUSTER_TABLE), fetched.index(ORTH)
         clusters = columns[table * len(attr_ids) + a] if a < len(attr_ids) else \

@@ -22,6 +22,7 @@ from thinc.api import Model, deserialize_attr, list2ragged, ragged2list, seriali
 from thinc.types import Floats2d, Ints2d
 
 from .sorted_ids import SortedIndex, with_room
+from .token_arrays import READS, token_array
 
 ROW_HASH_MULTIPLIER = numpy.uint64(0x9E3779B97F4A7C15)  # odd, so each step is a bijection of the hash
 # Rows whose vectors predictions keep (with 64-wide vectors and 14 id columns, about 400 bytes each);
@@ -39,13 +40,14 @@ def TokenIds(attrs: Sequence[Union[str, int]]) -> Model[List[Doc], List[numpy.nd
     """Each doc's token attribute ids (spaCy's FeatureExtractor: the same node name and attrs), kept as
     numpy arrays on the host: `embed_rows_once` joins them and sends only the distinct rows to the
     model's device, so a batch costs the same array operations however many docs it has."""
-    return Model("extract_features", _ids_forward, attrs={"columns": [intify_attr(attr) for attr in attrs]})
+    columns = [intify_attr(attr) for attr in attrs]
+    return Model("extract_features", _ids_forward, attrs={"columns": columns, READS: columns})
 
 
 def _ids_forward(model: Model, docs: List[Doc], is_train: bool):
-    columns = model.attrs["columns"]
-    ids = [doc.to_array(columns).reshape((len(doc), len(columns))).astype("uint64", copy=False) for doc in docs]
-    return ids, lambda d_ids: []
+    ids = token_array(docs, model.attrs["columns"])
+    per_doc = numpy.split(ids, numpy.cumsum([len(doc) for doc in docs[:-1]], dtype="int64")) if docs else []
+    return per_doc, lambda d_ids: []
 
 
 def host_ids(ops, features: List) -> numpy.ndarray:

@@ -12,12 +12,16 @@ def positions_in(keys: numpy.ndarray, queries: numpy.ndarray) -> numpy.ndarray:
     """Where each query is in the sorted `keys`, -1 where they lack it: one binary search per distinct query,
     never a pass over all the keys. The distinct queries are searched in sorted order, so that neighbouring
     searches share their first steps in the cache: on a million keys, about five times faster than searching
-    a batch's words in text order."""
+    a batch's words in text order. Queries already distinct and sorted (numpy.unique's) are searched as they are."""
     if len(keys) == 0:
         return numpy.full(queries.shape, -1, dtype="int64")
-    distinct, inverse = numpy.unique(queries, return_inverse=True)
+    if queries.ndim == 1 and bool((queries[1:] > queries[:-1]).all()):
+        distinct, inverse = queries, None
+    else:
+        distinct, inverse = numpy.unique(queries, return_inverse=True)
     index = numpy.minimum(numpy.searchsorted(keys, distinct), len(keys) - 1)
-    return numpy.where(keys[index] == distinct, index, -1)[inverse.reshape(queries.shape)]
+    found = numpy.where(keys[index] == distinct, index, -1)
+    return found if inverse is None else found[inverse.reshape(queries.shape)]
 
 
 class SortedIndex:

@@ -52,6 +52,7 @@ from thinc.types import Floats2d
 
 from .lexeme_tables import language_table
 from .sorted_ids import SortedIndex, with_room
+from .token_arrays import READS, token_array
 
 _BOS, _EOS, _UNKNOWN = 1, 2, 0
 # Per-doc features kept while training (float16, 2.5 kB a token with the CNN, 3.5 kB with sentence):
@@ -124,7 +125,7 @@ def USEFeatures(width: int = 64, contextual: Union[bool, str] = True, dropout: f
     # forward still load.
     return Model("use_features", _forward, init=_init, layers=[encoder, projection], refs={"linear": linear},
                  dims={"nO": width}, attrs={"projected": _ProjectedPieces(), "projected_words": _ProjectedWords(),
-                                            "frequent_words": frequent_words})
+                                            "frequent_words": frequent_words, READS: [ORTH]})
 
 
 def _init(model: Model, X=None, Y=None) -> None:
@@ -210,7 +211,7 @@ class _ProjectedWords:
 
     def count(self, docs: List[Doc]) -> None:
         """Count the words of training docs: the shipped rows are those of the most frequent."""
-        orths, counts = numpy.unique(numpy.concatenate([doc.to_array(ORTH) for doc in docs]), return_counts=True)
+        orths, counts = numpy.unique(token_array(docs, [ORTH])[:, 0], return_counts=True)
         strings, self.lang = docs[0].vocab.strings, docs[0].vocab.lang
         for orth, n in zip(orths.tolist(), counts.tolist()):
             if orth in self.counts:
@@ -381,7 +382,7 @@ def _project_words(model: Model, docs: List[Doc]) -> List[Floats2d]:
         return []
     weights, bias = _projection_weights(model)
     sentence = model.layers[0].attrs["sentence"]
-    orths, word_of_token = numpy.unique(numpy.concatenate([doc.to_array(ORTH) for doc in docs]), return_inverse=True)
+    orths, word_of_token = numpy.unique(token_array(docs, [ORTH])[:, 0], return_inverse=True)
     rows = model.attrs["projected_words"].lookup(weights, orths, docs[0].vocab.strings, sentence=sentence)
     word_of_token = word_of_token.reshape(-1)
     if not sentence:
@@ -403,7 +404,7 @@ def _project_pieces(model: Model, docs: List[Doc]) -> List[Floats2d]:
     weights, bias = _projection_weights(model)
     encoder = _load_encoder()
     # Each distinct word once: its pieces' projected mean, copied to the tokens that have it.
-    words, word_of_token = numpy.unique(numpy.concatenate([doc.to_array(ORTH) for doc in docs]), return_inverse=True)
+    words, word_of_token = numpy.unique(token_array(docs, [ORTH])[:, 0], return_inverse=True)
     pieces = _pieces(encoder, [docs[0].vocab.strings[int(orth)] for orth in words])
     counts = numpy.fromiter(map(len, pieces), dtype=numpy.int64, count=len(pieces))
     flat = numpy.fromiter(chain.from_iterable(pieces), dtype=numpy.int64, count=int(counts.sum()))

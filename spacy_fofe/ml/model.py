@@ -22,6 +22,7 @@ from spacy.util import registry
 from thinc.api import Model, Relu, Softmax, chain
 from thinc.types import Floats2d, Ints2d
 
+from ..features.token_arrays import reading_once
 from . import boundaries, fofe
 from .ops import with_cpu_ops
 from .position_codes import CharFOFECodes, PositionCodes, WordFOFECodes, forgetting_factor
@@ -258,7 +259,8 @@ def _forward(model: Model[InT, Floats2d], inputs: InT, is_train: bool) -> Tuple[
     fragments = numpy.asarray(fragments, dtype="int64").reshape((-1, 3))
     if len(fragments) == 0 or sum(len(doc) for doc in docs) == 0:
         return model.ops.alloc2f(0, model.get_dim("nO")), lambda d_scores: []
-    codes, backprop_codes = model.get_ref("codes")(docs, is_train)
+    with reading_once(model, docs):
+        codes, backprop_codes = model.get_ref("codes")(docs, is_train)
     head = model.layers[1]
     if not is_train:
         return _predict_filtered(model, head, codes, fragments), _no_backprop

@@ -20,6 +20,7 @@ from spacy.util import registry
 from thinc.api import Model
 from thinc.types import Floats2d, Ints1d, Ragged
 
+from ..features.token_arrays import READS, token_array
 from . import fofe
 from .fragments import flat_bounds
 
@@ -226,7 +227,7 @@ def _no_backprop(d_arrays: Gradients) -> List[Doc]:
 def batch_words(docs: List[Doc]):
     """Each token's distinct word (an index), the distinct words' texts and each token's trailing space
     (0 or 1), for the batch's tokens, doc after doc: a text per distinct word, not per token."""
-    table = numpy.concatenate([doc.to_array([ORTH, SPACY]).reshape(-1, 2) for doc in docs])
+    table = token_array(docs, [ORTH, SPACY])
     orths, word_of_token = numpy.unique(table[:, 0], return_inverse=True)
     return word_of_token.reshape(-1), _word_texts(docs, orths), table[:, 1].astype("int64")
 
@@ -326,7 +327,7 @@ def PositionCodes(
     layers = [tok2vec, word_codes] + ([char_codes] if char_codes is not None else [])
     refs = {"tok2vec": tok2vec, "word_codes": word_codes, "char_codes": char_codes}
     return Model("position_codes", _position_forward, layers=layers, refs=refs,
-                 attrs={"stop_at_sentences": stop_at_sentences})
+                 attrs={"stop_at_sentences": stop_at_sentences, READS: [ORTH, SPACY]})
 
 
 def _position_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Codes, Callable]:
