@@ -95,6 +95,7 @@ def LexemeTablesEmbed(
     lookup = Model("lexeme_lookup", partial(_lookup_forward, part_cache=WordValues((0, 0), "uint64"), head_cache={}),
                    init=_lookup_init,
                    attrs={"tables": list(tables), "attr_ids": attr_ids, "keys": [], "values": [],
+                          # The compound heads read ORTH: fetched with the other attributes where they lack it.
                           READS: attr_ids + [ORTH] if compound_heads and ORTH not in attr_ids else attr_ids,
                           "prefix_bits": list(cluster_prefix_bits), "hyphen_parts": hyphen_parts,
                           "compound_heads": compound_heads})
@@ -308,10 +309,8 @@ def _lookup_forward(model: Model, docs: List[Doc], is_train: bool, part_cache: W
                          "initialize the model first")
     if not docs:
         return [], lambda d_features: []
-    attr_ids = model.attrs["attr_ids"]
-    # The compound heads read ORTH: fetched with the other attributes where they lack it.
-    fetched = attr_ids + [ORTH] if model.attrs["compound_heads"] and ORTH not in attr_ids else attr_ids
-    # One lookup for the whole batch: concatenate the docs' word hashes, then split the ids.
+    attr_ids, fetched = model.attrs["attr_ids"], model.attrs[READS]
+    # One lookup for the whole batch: the docs' word hashes one after the other, then the ids split per doc.
     words = token_array(docs, fetched)
     # A batch repeats its words: each attribute's distinct hashes are looked up, then given to their tokens.
     distinct, inverse = zip(*(numpy.unique(words[:, a], return_inverse=True) for a in range(len(attr_ids))))
