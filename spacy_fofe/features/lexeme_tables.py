@@ -36,7 +36,7 @@ from thinc.types import Floats2d, Ints2d
 
 from .rows_once import embed_rows_once
 from .sorted_ids import SortedIndex, positions_in, with_room
-from .token_arrays import READS, token_array
+from .token_arrays import READS, per_doc, token_array
 
 MISSING = numpy.iinfo("int32").min  # the value of a word a table does not have: one shared row
 CLUSTER_TABLE = "lexeme_cluster"
@@ -335,5 +335,5 @@ def _lookup_forward(model: Model, docs: List[Doc], is_train: bool, part_cache: W
     # HashEmbed hashes uint64 ids; the int32 values (negative ones included) map one to one.
     # Host arrays: the rows-once layer around this one sends only the distinct rows to the device.
     ids = numpy.ascontiguousarray(ids.astype("int64").view("uint64"))
-    features: List[Ints2d] = numpy.split(ids, numpy.cumsum([len(doc) for doc in docs])[:-1].tolist())
+    features: List[Ints2d] = per_doc(ids, [len(doc) for doc in docs])
     return features, lambda d_features: []

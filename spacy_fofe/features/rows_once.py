@@ -22,7 +22,7 @@ from thinc.api import Model, deserialize_attr, list2ragged, ragged2list, seriali
 from thinc.types import Floats2d, Ints2d
 
 from .sorted_ids import SortedIndex, with_room
-from .token_arrays import READS, token_array
+from .token_arrays import READS, per_doc, token_array
 
 ROW_HASH_MULTIPLIER = numpy.uint64(0x9E3779B97F4A7C15)  # odd, so each step is a bijection of the hash
 # Rows whose vectors predictions keep (with 64-wide vectors and 14 id columns, about 400 bytes each);
@@ -46,8 +46,7 @@ def TokenIds(attrs: Sequence[Union[str, int]]) -> Model[List[Doc], List[numpy.nd
 
 def _ids_forward(model: Model, docs: List[Doc], is_train: bool):
     ids = token_array(docs, model.attrs["columns"])
-    per_doc = numpy.split(ids, numpy.cumsum([len(doc) for doc in docs[:-1]], dtype="int64")) if docs else []
-    return per_doc, lambda d_ids: []
+    return per_doc(ids, [len(doc) for doc in docs]), lambda d_ids: []
 
 
 def host_ids(ops, features: List) -> numpy.ndarray:
@@ -263,9 +262,8 @@ def _forward(model: Model, docs: List[Doc], is_train: bool):
     ids = host_ids(ops, features)
     rows, inverse = distinct_rows(ids)
     index = ops.asarray1i(inverse)
-    splits = numpy.cumsum(lengths)[:-1].tolist()
     if not is_train:
-        return ops.xp.split(model.attrs["kept_rows"].vectors_of(rows, row_layers, ops)[index], splits), _no_backprop
+        return per_doc(model.attrs["kept_rows"].vectors_of(rows, row_layers, ops)[index], lengths), _no_backprop
     kept = model.attrs["kept_rows"]
     kept.clear()  # the weights are about to change
     kept.counted.add(rows, numpy.bincount(inverse, minlength=len(rows)))
@@ -284,7 +282,7 @@ def _forward(model: Model, docs: List[Doc], is_train: bool):
             d_rows = backprop_layer(d_rows)
         return []
 
-    return ops.xp.split(tokens, splits), backprop
+    return per_doc(tokens, lengths), backprop
 
 
 def _no_backprop(d_vectors):

@@ -1,7 +1,8 @@
 """A batch's token attributes read once: the layers that read the same docs' attributes (the hash
 embeddings' ids, the lexeme tables' words, the USE words, the FOFE codes' words) share one
 `doc.to_array` per doc instead of making one each: a call's own cost is about that of reading three
-attributes more.
+attributes more. What several layers derive from the same column (the batch's distinct words, for the
+USE features and the character codes) is made once per batch too (`once_per_batch`).
 
 A layer names the attributes it reads in its attrs (`READS`); a model's forward reads the union of
 its layers' once per doc, for the docs it was given, while it runs (`reading_once`). A layer given
@@ -9,7 +10,7 @@ other docs (a window of a long doc) or asking for an attribute no layer named re
 
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy
 from spacy.tokens import Doc
@@ -23,6 +24,7 @@ class _Batch:
     def __init__(self, docs: List[Doc], attrs: Sequence[int]):
         self.docs, self.attrs = docs, list(attrs)
         self.table: Optional[numpy.ndarray] = None
+        self.made: Dict[Hashable, Any] = {}
 
 
 _BATCH: ContextVar[Optional[_Batch]] = ContextVar("spacy_fofe_token_arrays", default=None)
@@ -57,6 +59,34 @@ def token_array(docs: List[Doc], attrs: Sequence[int]) -> numpy.ndarray:
             batch.table = _read(docs, batch.attrs)
         return batch.table[:, [batch.attrs.index(attr) for attr in attrs]]
     return _read(docs, attrs)
+
+
+def once_per_batch(docs: List[Doc], key: Hashable, make: Callable[[], Any]) -> Any:
+    """`make()`, made once for these docs while a `reading_once` holds them and given again to later calls
+    with the same `key` (the callers must not change what it gives); made afresh outside one."""
+    batch = _BATCH.get()
+    if batch is None or batch.docs is not docs:
+        return make()
+    if key not in batch.made:
+        batch.made[key] = make()
+    return batch.made[key]
+
+
+def distinct_values(docs: List[Doc], attr: int) -> Tuple[numpy.ndarray, numpy.ndarray]:
+    """The distinct values of the token attribute `attr` in the docs (sorted) and each token's index into
+    them, doc after doc, as `numpy.unique(..., return_inverse=True)` gives them: once per batch."""
+    def make():
+        values, inverse = numpy.unique(token_array(docs, [attr])[:, 0], return_inverse=True)
+        return values, inverse.reshape(-1)
+
+    return once_per_batch(docs, ("distinct", attr), make)
+
+
+def per_doc(rows, lengths: Sequence[int]) -> list:
+    """Each doc's rows of `rows` (the docs' rows one after the other, `lengths[i]` for doc i), as views:
+    what `numpy.split` gives, without its per-section overhead (a slice a doc), for numpy and cupy arrays."""
+    ends = numpy.cumsum(numpy.asarray(lengths, dtype="int64")).tolist()
+    return [rows[start:end] for start, end in zip([0] + ends[:-1], ends)]
 
 
 def _read(docs: List[Doc], attrs: Sequence[int]) -> numpy.ndarray:

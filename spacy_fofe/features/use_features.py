@@ -52,7 +52,7 @@ from thinc.types import Floats2d
 
 from .lexeme_tables import language_table
 from .sorted_ids import SortedIndex, with_room
-from .token_arrays import READS, token_array
+from .token_arrays import READS, distinct_values, per_doc, token_array
 
 _BOS, _EOS, _UNKNOWN = 1, 2, 0
 # Per-doc features kept while training (float16, 2.5 kB a token with the CNN, 3.5 kB with sentence):
@@ -382,9 +382,8 @@ def _project_words(model: Model, docs: List[Doc]) -> List[Floats2d]:
         return []
     weights, bias = _projection_weights(model)
     sentence = model.layers[0].attrs["sentence"]
-    orths, word_of_token = numpy.unique(token_array(docs, [ORTH])[:, 0], return_inverse=True)
+    orths, word_of_token = distinct_values(docs, ORTH)
     rows = model.attrs["projected_words"].lookup(weights, orths, docs[0].vocab.strings, sentence=sentence)
-    word_of_token = word_of_token.reshape(-1)
     if not sentence:
         return _token_rows(model, docs, rows["projected"][word_of_token], None, bias)
     # Each doc's vector from the sum of its words' shares, projected by the weights of the vector's columns;
@@ -404,8 +403,8 @@ def _project_pieces(model: Model, docs: List[Doc]) -> List[Floats2d]:
     weights, bias = _projection_weights(model)
     encoder = _load_encoder()
     # Each distinct word once: its pieces' projected mean, copied to the tokens that have it.
-    words, word_of_token = numpy.unique(token_array(docs, [ORTH])[:, 0], return_inverse=True)
-    pieces = _pieces(encoder, [docs[0].vocab.strings[int(orth)] for orth in words])
+    words, word_of_token = distinct_values(docs, ORTH)
+    pieces = _pieces(encoder, [docs[0].vocab.strings[orth] for orth in words.tolist()])
     counts = numpy.fromiter(map(len, pieces), dtype=numpy.int64, count=len(pieces))
     flat = numpy.fromiter(chain.from_iterable(pieces), dtype=numpy.int64, count=int(counts.sum()))
     projected = model.attrs["projected"].lookup(encoder, weights, flat)
@@ -448,7 +447,7 @@ def _token_rows(model: Model, docs: List[Doc], token_rows: numpy.ndarray, doc_ro
 def _per_doc(ops, rows: numpy.ndarray, doc_lengths: numpy.ndarray) -> List[Floats2d]:
     """The rows of all docs, one after the other, as each doc's array on the model's device: one
     transfer for the batch, not one per doc."""
-    return ops.unflatten(ops.asarray2f(rows), ops.asarray1i(doc_lengths))
+    return per_doc(ops.asarray2f(rows), doc_lengths)
 
 
 def _mean_over_pieces(piece_rows: numpy.ndarray, first: numpy.ndarray, counts: numpy.ndarray) -> numpy.ndarray:
@@ -554,7 +553,7 @@ def _chunk_features(encoder, docs: Sequence[Sequence[str]], contextual: bool, se
         vectors = (_sentence_vectors(encoder, piece_features, doc_pieces) if contextual
                    else _mean_rows(out, doc_lengths))
         out = numpy.concatenate([out, vectors[doc_of_token]], axis=1)
-    return numpy.split(out, numpy.cumsum(doc_lengths)[:-1])
+    return per_doc(out, doc_lengths)
 
 
 def _word_features(docs: Sequence[Sequence[str]], sentence: bool) -> List[numpy.ndarray]:
@@ -569,7 +568,7 @@ def _word_features(docs: Sequence[Sequence[str]], sentence: bool) -> List[numpy.
         vectors = _word_sentence_vectors(_sum_rows(_head_rows(word_rows, distinct.tolist())[word_of_token.reshape(-1)],
                                                    doc_lengths))
         out = numpy.concatenate([out, vectors[numpy.repeat(numpy.arange(len(docs)), doc_lengths)]], axis=1)
-    return numpy.split(out, numpy.cumsum(doc_lengths)[:-1])
+    return per_doc(out, doc_lengths)
 
 
 def _head_rows(features: numpy.ndarray, words: List[str]) -> numpy.ndarray:

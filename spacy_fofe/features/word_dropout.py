@@ -30,6 +30,7 @@ from thinc.types import Floats2d, Ints2d
 
 from .rows_once import TokenIds, embed_rows_once, host_ids
 from .sorted_ids import positions_in
+from .token_arrays import per_doc
 
 WORD_ATTRS = ("ORTH", "NORM", "LOWER")
 WORD_ATTR_IDS = {intify_attr(name) for name in WORD_ATTRS}
@@ -111,6 +112,5 @@ def _forward(model: Model, features: List[Ints2d], is_train: bool):
         unknown = ~_sorted_contains(known, words)
     flat[:, columns] = numpy.where(unknown, UNKNOWN_ID, words)
     out = flat if on_host else model.ops.asarray(flat)  # back where the extractor left them
-    split = numpy.split if on_host else model.ops.xp.split
     # The ids are not differentiable; the extractor's own backprop ignores what it gets.
-    return split(out, numpy.cumsum(lengths)[:-1].tolist()), lambda d_features: d_features
+    return per_doc(out, lengths), lambda d_features: d_features

@@ -20,7 +20,7 @@ from spacy.util import registry
 from thinc.api import Model
 from thinc.types import Floats2d, Ints1d, Ragged
 
-from ..features.token_arrays import READS, token_array
+from ..features.token_arrays import READS, distinct_values, token_array
 from . import fofe
 from .fragments import flat_bounds
 
@@ -227,9 +227,8 @@ def _no_backprop(d_arrays: Gradients) -> List[Doc]:
 def batch_words(docs: List[Doc]):
     """Each token's distinct word (an index), the distinct words' texts and each token's trailing space
     (0 or 1), for the batch's tokens, doc after doc: a text per distinct word, not per token."""
-    table = token_array(docs, [ORTH, SPACY])
-    orths, word_of_token = numpy.unique(table[:, 0], return_inverse=True)
-    return word_of_token.reshape(-1), _word_texts(docs, orths), table[:, 1].astype("int64")
+    orths, word_of_token = distinct_values(docs, ORTH)
+    return word_of_token, _word_texts(docs, orths), token_array(docs, [SPACY])[:, 0].astype("int64")
 
 
 def doc_words(docs: List[Doc], by_sentence: bool = False):
