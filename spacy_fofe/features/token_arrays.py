@@ -2,7 +2,8 @@
 embeddings' ids, the lexeme tables' words, the USE words, the FOFE codes' words) share one
 `doc.to_array` per doc instead of making one each: a call's own cost is about that of reading three
 attributes more. What several layers derive from the same column (the batch's distinct words, for the
-USE features and the character codes) is made once per batch too (`once_per_batch`).
+USE features and the character codes) is made once per batch too (`once_per_batch`), and a layer's rows
+for the whole batch become per-doc arrays by slicing (`per_doc`).
 
 A layer names the attributes it reads in its attrs (`READS`); a model's forward reads the union of
 its layers' once per doc, for the docs it was given, while it runs (`reading_once`). A layer given
