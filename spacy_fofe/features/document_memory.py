@@ -23,6 +23,7 @@ from thinc.types import Floats2d
 
 from ..ml.fofe import shift_within
 from ..ml.position_codes import sentence_lengths
+from .token_arrays import per_doc
 
 
 @registry.layers("spacy_fofe.DocumentMemory.v1")
@@ -95,7 +96,7 @@ def _forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats
         d_X = d_output[:, :n_in] + d_sides @ W_sides.T
         return backprop_tok2vec(ops.unflatten(d_X, ops.asarray1i(lengths)))
 
-    return ops.unflatten(output, ops.asarray1i(lengths)), backprop
+    return per_doc(output, lengths), backprop
 
 
 def _word_groups(docs: List[Doc], attr: int) -> Tuple[numpy.ndarray, numpy.ndarray]:

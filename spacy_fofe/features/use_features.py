@@ -408,7 +408,7 @@ def _project_pieces(model: Model, docs: List[Doc]) -> List[Floats2d]:
     counts = numpy.fromiter(map(len, pieces), dtype=numpy.int64, count=len(pieces))
     flat = numpy.fromiter(chain.from_iterable(pieces), dtype=numpy.int64, count=int(counts.sum()))
     projected = model.attrs["projected"].lookup(encoder, weights, flat)
-    rows = _mean_over_pieces(projected, numpy.cumsum(counts) - counts, counts)[word_of_token.reshape(-1)]
+    rows = _mean_over_pieces(projected, numpy.cumsum(counts) - counts, counts)[word_of_token]
     width = len(bias)
     if not model.layers[0].attrs["sentence"]:
         return _token_rows(model, docs, rows, None, bias)

@@ -31,6 +31,7 @@ from thinc.api import Model, get_array_module, to_numpy
 from thinc.types import Floats2d
 
 from .sorted_ids import SortedIndex
+from .token_arrays import per_doc
 
 
 @registry.layers("spacy_fofe.WordVectors.v1")
@@ -143,7 +144,7 @@ def _frozen_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List
     flat = model.ops.alloc2f(len(rows), unknown.shape[1])
     flat[~missing] = model.ops.asarray(to_numpy(found) if model.ops.xp is numpy else found)
     flat[missing] = unknown
-    output = model.ops.unflatten(flat, model.ops.asarray(lengths))
+    output = per_doc(flat, lengths)
 
     def backprop(d_output: List[Floats2d]) -> List[Doc]:
         model.inc_grad("U", model.ops.flatten(d_output)[missing].sum(axis=0, keepdims=True))
@@ -160,7 +161,7 @@ def _tuned_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[
     rows = _rows(model, docs[0].vocab.vectors, _keys(model, docs), is_train)
     rows[rows < 0] = table.shape[0] - 1
     rows = model.ops.asarray(rows)
-    output = model.ops.unflatten(table[rows], model.ops.asarray(lengths))
+    output = per_doc(table[rows], lengths)
 
     def backprop(d_output: List[Floats2d]) -> List[Doc]:
         d_table = model.ops.alloc2f(*table.shape)
